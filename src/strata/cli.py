@@ -1,0 +1,219 @@
+"""The `strata` command line.
+
+Every command also takes one flag per settings field (`--search.k 20`, `--llm.backend openai`), derived from the
+settings tree, plus `--preset NAME`; heavy stages are imported only by the commands that need them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from strata.config import Settings, available_presets
+
+Handler = Callable[[argparse.Namespace, Settings], int]
+
+
+def settings_fields(model: type[BaseModel], prefix: str = "") -> Iterator[tuple[str, Any]]:
+    """(dotted name, field info) for every leaf field of the settings tree."""
+    for name, field in model.model_fields.items():
+        annotation = field.annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            yield from settings_fields(annotation, f"{prefix}{name}.")
+        else:
+            yield f"{prefix}{name}", field
+
+
+def _settings_parent() -> argparse.ArgumentParser:
+    parent = argparse.ArgumentParser(add_help=False)
+    group = parent.add_argument_group("settings (also STRATA_SECTION__FIELD environment variables)")
+    group.add_argument("--preset", help=f"named preset: {', '.join(available_presets()) or 'none yet'} or a YAML path")
+    for dotted, field in settings_fields(Settings):
+        default = field.default_factory() if field.default_factory else field.default
+        group.add_argument(
+            f"--{dotted}", dest=f"setting:{dotted}", metavar="VALUE", help=f"{field.description} (default: {default})"
+        )
+    return parent
+
+
+def settings_from_args(args: argparse.Namespace) -> Settings:
+    overrides = {
+        key.removeprefix("setting:"): value
+        for key, value in vars(args).items()
+        if key.startswith("setting:") and value is not None
+    }
+    return Settings.load(preset=args.preset, overrides=overrides)
+
+
+def _print_json(model: BaseModel | list[BaseModel]) -> None:
+    if isinstance(model, list):
+        print(json.dumps([item.model_dump(mode="json") for item in model], indent=2))
+    else:
+        print(model.model_dump_json(indent=2))
+
+
+# commands
+
+
+def cmd_ingest(args: argparse.Namespace, settings: Settings) -> int:
+    from tqdm import tqdm
+
+    from strata.documents.parsers import discover
+    from strata.ingest import ingest
+
+    files = discover(args.paths)
+    with tqdm(total=len(files), unit="file", disable=args.quiet, file=sys.stderr) as bar:
+
+        def advance(path: Path, outcome: Any) -> None:
+            bar.set_postfix_str(f"{outcome.status}: {path.name}"[:60])
+            bar.update(1)
+
+        report = ingest(files, settings, progress=advance)
+    if args.json:
+        _print_json(report)
+    else:
+        print(report.summary())
+    return 1 if report.errors and args.strict else 0
+
+
+def cmd_search(args: argparse.Namespace, settings: Settings) -> int:
+    from strata.retrieve.hybrid import open_searcher
+
+    with open_searcher(settings) as searcher:
+        ranking = searcher.search(args.query, k=args.k or settings.search.k, method=args.method, prf=args.prf)
+    if args.json:
+        _print_json(ranking)
+        return 0
+    if not ranking.candidates:
+        print("no results")
+    for candidate in ranking.candidates:
+        print(f"{candidate.rank:>2}. [{candidate.score:.4f}] {candidate.title or candidate.paper_id}  ({candidate.paper_id})")
+        for hit in candidate.chunks:
+            where = " > ".join(hit.locator.section_path) or "-"
+            page = f" p.{hit.locator.page}" if hit.locator.page else ""
+            print(f"      {hit.locator}  [{hit.content_type}] {where}{page}")
+            print(f"        {_snippet(hit.text)}")
+    return 0
+
+
+def _snippet(text: str, width: int = 200) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= width else flat[: width - 1] + "…"
+
+
+def cmd_show(args: argparse.Namespace, settings: Settings) -> int:
+    from strata.documents.model import Locator
+    from strata.ingest import open_store
+
+    locator = Locator.parse(args.locator)
+    with open_store(settings) as store:
+        located, text = store.locate(locator)
+        title = store.paper_summaries([located.paper_id])[located.paper_id].title
+    if args.json:
+        print(json.dumps({"locator": str(located), "title": title, "section_path": located.section_path,
+                          "page": located.page, "text": text}, indent=2))
+        return 0
+    print(f"{title}  ({located.paper_id})")
+    print(f"section: {' > '.join(located.section_path) or '-'}   page: {located.page or '-'}   chars "
+          f"{located.char_start}-{located.char_end}")
+    print()
+    print(text)
+    return 0
+
+
+def cmd_stats(args: argparse.Namespace, settings: Settings) -> int:
+    from strata.ingest import open_store
+
+    with open_store(settings) as store:
+        stats = store.stats()
+    if args.json:
+        _print_json(stats)
+        return 0
+    for name, value in stats.model_dump().items():
+        print(f"{name:>20}: {value}")
+    return 0
+
+
+def cmd_eval_retrieval(args: argparse.Namespace, settings: Settings) -> int:
+    from strata.eval.retrieval import format_result, run_retrieval_eval
+
+    result = run_retrieval_eval(
+        settings, dataset_dir=Path(args.dataset), method=args.method, split=args.split, output_dir=Path(args.output)
+    )
+    print(format_result(result))
+    return 0
+
+
+def cmd_llm_check(args: argparse.Namespace, settings: Settings) -> int:
+    from strata.llm.check import format_check, run_check
+
+    report = run_check(settings)
+    if args.json:
+        _print_json(report)
+    else:
+        print(format_check(report))
+    return 0
+
+
+# parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    settings_parent = _settings_parent()
+    parser = argparse.ArgumentParser(prog="strata", description="Evidence-grounded search over scientific papers")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    def command(name: str, handler: Handler, help_text: str, group: Any = commands) -> argparse.ArgumentParser:
+        sub = group.add_parser(name, help=help_text, parents=[settings_parent])
+        sub.set_defaults(handler=handler)
+        sub.add_argument("--json", action="store_true", help="machine-readable output")
+        return sub
+
+    ingest_cmd = command("ingest", cmd_ingest, "parse, store and index files or folders")
+    ingest_cmd.add_argument("paths", nargs="+", help="files or folders (PDF, S2ORC, TEI, JATS, unarXive, BEIR, book)")
+    ingest_cmd.add_argument("--quiet", action="store_true", help="no progress bar")
+    ingest_cmd.add_argument("--strict", action="store_true", help="exit 1 when any file failed")
+
+    search_cmd = command("search", cmd_search, "hybrid search: papers with their best passages and locators")
+    search_cmd.add_argument("query")
+    search_cmd.add_argument("--k", type=int, help="papers to return (default: search.k)")
+    search_cmd.add_argument("--method", choices=["bm25", "dense", "hybrid"], default="hybrid")
+    search_cmd.add_argument("--prf", action=argparse.BooleanOptionalAction, default=None,
+                            help="pseudo-relevance feedback (default: search.prf)")
+
+    show_cmd = command("show", cmd_show, "print the exact text a locator names")
+    show_cmd.add_argument("locator", help="PAPER_ID#START-END as printed by search")
+
+    command("stats", cmd_stats, "corpus counts")
+
+    eval_cmd = commands.add_parser("eval", help="evaluation").add_subparsers(dest="eval_command", required=True)
+    retrieval = command("retrieval", cmd_eval_retrieval, "BEIR-format retrieval evaluation", eval_cmd)
+    retrieval.add_argument("--dataset", required=True, help="BEIR folder: corpus.jsonl, queries.jsonl, qrels/")
+    retrieval.add_argument("--method", choices=["bm25", "dense", "hybrid"], default="hybrid")
+    retrieval.add_argument("--split", default="test", help="qrels split")
+    retrieval.add_argument("--output", default="runs", help="folder for the TREC run and JSON result")
+
+    llm_cmd = commands.add_parser("llm", help="LLM layer").add_subparsers(dest="llm_command", required=True)
+    command("check", cmd_llm_check, "load the configured model and check it returns valid JSON", llm_cmd)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        settings = settings_from_args(args)
+        return args.handler(args, settings)
+    except (ValueError, KeyError, FileNotFoundError) as error:
+        message = error.args[0] if isinstance(error, KeyError) and error.args else error
+        print(f"strata: error: {message}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

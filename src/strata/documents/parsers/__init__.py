@@ -1,0 +1,89 @@
+"""One dispatch over every supported format: `iter_papers(path)` yields the papers a file (or book folder) holds.
+
+Each format lives in its own module exposing a `PARSER` object with a `name`, `accepts(path)` and
+`parse(path, settings) -> Iterator[Paper]`. Most formats hold one paper per file; BEIR and unarXive JSONL hold many.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Protocol
+
+from strata.config import ParsingSettings
+from strata.documents.model import Paper
+
+
+class ParseError(Exception):
+    """A file could not be parsed; the message says what was wrong and where."""
+
+    def __init__(self, path: Path | str, reason: str) -> None:
+        super().__init__(f"{path}: {reason}")
+        self.path = str(path)
+        self.reason = reason
+
+
+class Parser(Protocol):
+    name: str
+
+    def accepts(self, path: Path) -> bool: ...
+
+    def parse(self, path: Path, settings: ParsingSettings) -> Iterator[Paper]: ...
+
+
+def _registry() -> list[Parser]:
+    # Imported here so that a format's optional heavy dependency is only loaded when dispatching.
+    from strata.documents.parsers import beir, book, jats, pdf, s2orc, tei, unarxive
+
+    # Order matters: the first parser that accepts a path wins (e.g. '.tei.xml' before generic XML).
+    return [book.PARSER, pdf.PARSER, tei.PARSER, jats.PARSER, unarxive.PARSER, beir.PARSER, s2orc.PARSER]
+
+
+def parser_for(path: Path) -> Parser | None:
+    return next((parser for parser in _registry() if parser.accepts(path)), None)
+
+
+def iter_papers(path: Path | str, settings: ParsingSettings | None = None) -> Iterator[Paper]:
+    """Papers held by `path`; raises `ParseError` naming the file when it cannot be read."""
+    path = Path(path)
+    parser = parser_for(path)
+    if parser is None:
+        raise ParseError(path, "no parser accepts this file (supported: PDF, S2ORC JSON, GROBID TEI, JATS, "
+                               "unarXive JSONL, BEIR corpus JSONL, OpenStax book folder)")
+    try:
+        yield from parser.parse(path, settings or ParsingSettings())
+    except ParseError:
+        raise
+    except Exception as error:  # any library failure on hostile input becomes a per-file error
+        raise ParseError(path, f"{parser.name} parser failed: {type(error).__name__}: {error}") from error
+
+
+def parse(path: Path | str, settings: ParsingSettings | None = None) -> Paper:
+    """The single paper of a one-paper file (PDF, S2ORC, TEI, JATS, book folder)."""
+    papers = list(iter_papers(path, settings))
+    if len(papers) != 1:
+        raise ParseError(path, f"holds {len(papers)} papers; use iter_papers() for multi-paper files")
+    return papers[0]
+
+
+def discover(paths: Iterable[Path | str]) -> list[Path]:
+    """Every parseable file or book folder under `paths`, sorted for a deterministic ingest order."""
+    found: set[Path] = set()
+    for root in map(Path, paths):
+        if not root.exists():
+            raise FileNotFoundError(f"no such file or folder: {root}")
+        if parser_for(root) is not None or root.is_file():
+            found.add(root)
+            continue
+        for candidate in root.rglob("*"):
+            if candidate.is_dir() and parser_for(candidate) is not None:
+                found.add(candidate)
+            elif candidate.is_file() and not _inside_book(candidate) and parser_for(candidate) is not None:
+                found.add(candidate)
+    return sorted(found)
+
+
+def _inside_book(path: Path) -> bool:
+    from strata.documents.parsers import book
+
+    return book.PARSER.accepts(path.parent)
