@@ -150,6 +150,18 @@ def cmd_eval_retrieval(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def cmd_eval_compare(args: argparse.Namespace, settings: Settings) -> int:
+    from strata.eval.compare import compare, format_comparison
+
+    chosen = {name: getattr(args, name) for name in ("permutations", "seed") if getattr(args, name) is not None}
+    result = compare(Path(args.baseline), Path(args.system), args.metric, **chosen)
+    if args.json:
+        _print_json(result)
+    else:
+        print(format_comparison(result))
+    return 0
+
+
 def cmd_llm_check(args: argparse.Namespace, settings: Settings) -> int:
     from strata.llm.check import format_check, run_check
 
@@ -198,6 +210,13 @@ def build_parser() -> argparse.ArgumentParser:
     retrieval.add_argument("--method", choices=["bm25", "dense", "hybrid"], default="hybrid")
     retrieval.add_argument("--split", default="test", help="qrels split")
     retrieval.add_argument("--output", default="runs", help="folder for the TREC run and JSON result")
+
+    comparison = command("compare", cmd_eval_compare, "paired randomization test between two result files", eval_cmd)
+    comparison.add_argument("baseline", help="result JSON of the baseline")
+    comparison.add_argument("system", help="result JSON of the system")
+    comparison.add_argument("--metric", default="nDCG@10", help="per-query metric to compare")
+    comparison.add_argument("--permutations", type=int, help="random sign flips (default 10,000)")
+    comparison.add_argument("--seed", type=int, help="random seed, recorded in the result")
 
     llm_cmd = commands.add_parser("llm", help="LLM layer").add_subparsers(dest="llm_command", required=True)
     command("check", cmd_llm_check, "load the configured model and check it returns valid JSON", llm_cmd)

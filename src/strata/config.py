@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 PRESET_DIR = Path(__file__).parent / "presets"
@@ -52,10 +52,16 @@ class EmbeddingSettings(_Section):
     )
     batch_size: int = Field(default=64, ge=1, description="Texts per embedding batch")
     threads: int = Field(default=2, ge=1, description="Torch CPU threads used for embedding")
+    title_prefix: bool = Field(
+        default=True, description="Embed each chunk as its paper's title, a newline, then the chunk text"
+    )
 
 
 class IndexSettings(_Section):
     embedding: EmbeddingSettings = Field(default_factory=EmbeddingSettings, description="Dense encoder")
+    dense: bool = Field(
+        default=True, description="Build the dense (embedding) index on sync; off keeps a BM25-only corpus"
+    )
     hnsw_above: int = Field(
         default=200_000, ge=0, description="Use an HNSW graph instead of exact search once this many vectors exist"
     )
@@ -77,6 +83,60 @@ class SearchSettings(_Section):
 class LLMSettings(_Section):
     backend: Literal["embedded", "openai"] = Field(
         default="embedded", description="'embedded' runs a packaged GGUF model in-process; 'openai' calls an HTTP server"
+    )
+    model: str = Field(
+        default="packaged:qwen2.5-coder-0.5b",
+        description="Embedded: 'packaged:NAME' (qwen2.5-coder-0.5b, qwen2.5-coder-1.5b, smollm2-135m) or a .gguf path; "
+        "openai: the model name the server serves",
+    )
+    model_dir: Path = Field(
+        default=Path("~/.cache/strata/models"),
+        description="Where packaged models are assembled from their pip parts and verified; keep it outside the repo",
+    )
+    cache: bool = Field(default=True, description="Reuse earlier answers from the on-disk response cache")
+    cache_path: Path = Field(
+        default=Path("~/.cache/strata/llm-cache.sqlite"),
+        description="SQLite file of cached responses, keyed by backend, model, prompt text and sampling parameters",
+    )
+    temperature: float = Field(default=0.0, ge=0, description="Sampling temperature; 0 is greedy and reproducible")
+    seed: int = Field(default=0, description="Sampling seed, used when temperature > 0")
+    max_tokens: int = Field(default=512, ge=1, description="Most tokens generated per answer")
+    repair_retries: int = Field(
+        default=1, ge=0, le=3, description="Re-asks, with the validation error appended, after an unparseable answer"
+    )
+    n_ctx: int = Field(default=4096, ge=256, description="Embedded: context window in tokens (prompt plus answer)")
+    n_threads: int | None = Field(
+        default=None,
+        ge=1,
+        description="Embedded: CPU threads for generating tokens; unset = half the CPUs (more threads than free "
+        "cores makes llama.cpp much slower when other work shares the machine)",
+    )
+    n_threads_batch: int | None = Field(
+        default=None, ge=1, description="Embedded: CPU threads for reading prompts and scoring; unset = as n_threads"
+    )
+    grammar: bool = Field(
+        default=True,
+        description="Embedded: constrain sampling with a grammar compiled from the output JSON schema, so the "
+        "answer is valid JSON by construction",
+    )
+    base_url: str = Field(
+        default="http://127.0.0.1:8080/v1", description="OpenAI: server base URL including /v1 (vLLM, Ollama, llama.cpp)"
+    )
+    api_key: SecretStr | None = Field(default=None, description="OpenAI: API key; unset reads the api_key_env variable")
+    api_key_env: str = Field(default="OPENAI_API_KEY", description="OpenAI: environment variable holding the key")
+    timeout_s: float = Field(default=120.0, gt=0, description="OpenAI: seconds to wait for one HTTP response")
+    max_retries: int = Field(
+        default=2, ge=0, le=10, description="OpenAI: retries after a connection error, timeout, 429 or 5xx"
+    )
+    backoff_s: float = Field(default=0.5, ge=0, description="OpenAI: first retry delay; doubles on each retry")
+    response_format: Literal["auto", "json_schema", "json_object", "none"] = Field(
+        default="auto",
+        description="OpenAI: how the output schema is sent: 'json_schema' (OpenAI, vLLM, Ollama), 'json_object' with "
+        "a schema (llama-cpp-python), 'none' (schema only in the prompt); 'auto' tries them in that order",
+    )
+    completion_template: str = Field(
+        default="<|im_start|>system\n{system}<|im_end|>\n<|im_start|>user\n{user}<|im_end|>\n<|im_start|>assistant\n",
+        description="OpenAI: chat template used to score continuations on /v1/completions (ChatML by default)",
     )
 
 

@@ -1,0 +1,101 @@
+"""Paired randomization test between two result files of any task (retrieval, ToC, QA).
+
+A result file is a JSON object with `per_query: [{query_id, metrics: {name: value}}]`, as every `strata eval`
+command writes. Queries are paired by id; only queries present in both files are compared.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+from pydantic import BaseModel, Field
+from scipy.stats import permutation_test
+
+DEFAULT_PERMUTATIONS = 10_000
+DEFAULT_SEED = 20261130
+
+
+class ComparisonResult(BaseModel):
+    baseline_file: str
+    system_file: str
+    metric: str
+    queries: int = Field(description="Queries judged in both files")
+    baseline_mean: float
+    system_mean: float
+    mean_delta: float = Field(description="system - baseline")
+    p_value: float = Field(description="Two-sided paired randomization test (sign flips of per-query deltas)")
+    permutations: int
+    seed: int
+    wins: int
+    ties: int
+    losses: int
+    per_query_delta: dict[str, float]
+
+
+def load_per_query(path: Path, metric: str) -> dict[str, float]:
+    data = json.loads(Path(path).read_text(encoding="utf-8"))
+    rows = data.get("per_query") if isinstance(data, dict) else None
+    if not isinstance(rows, list):
+        raise ValueError(f"{path}: not a result file (no 'per_query' list)")
+    scores: dict[str, float] = {}
+    for row in rows:
+        value = row.get("metrics", {}).get(metric)
+        if value is None:
+            available = ", ".join(sorted(row.get("metrics", {}))) or "none"
+            raise ValueError(f"{path}: query {row.get('query_id')} has no metric {metric!r} (has: {available})")
+        scores[str(row["query_id"])] = float(value)
+    return scores
+
+
+def compare(
+    baseline_file: Path,
+    system_file: Path,
+    metric: str,
+    permutations: int = DEFAULT_PERMUTATIONS,
+    seed: int = DEFAULT_SEED,
+) -> ComparisonResult:
+    baseline = load_per_query(baseline_file, metric)
+    system = load_per_query(system_file, metric)
+    query_ids = sorted(set(baseline) & set(system))
+    if len(query_ids) < 2:
+        raise ValueError(f"{baseline_file} and {system_file} share {len(query_ids)} queries; need at least 2")
+    a = np.array([baseline[q] for q in query_ids])
+    b = np.array([system[q] for q in query_ids])
+    test = permutation_test(
+        (b, a),
+        lambda x, y, axis: np.mean(x - y, axis=axis),
+        permutation_type="samples",
+        n_resamples=permutations,
+        alternative="two-sided",
+        vectorized=True,
+        random_state=np.random.default_rng(seed),
+    )
+    deltas = b - a
+    return ComparisonResult(
+        baseline_file=str(baseline_file),
+        system_file=str(system_file),
+        metric=metric,
+        queries=len(query_ids),
+        baseline_mean=float(a.mean()),
+        system_mean=float(b.mean()),
+        mean_delta=float(deltas.mean()),
+        p_value=float(test.pvalue),
+        permutations=permutations,
+        seed=seed,
+        wins=int((deltas > 0).sum()),
+        ties=int((deltas == 0).sum()),
+        losses=int((deltas < 0).sum()),
+        per_query_delta={q: float(d) for q, d in zip(query_ids, deltas)},
+    )
+
+
+def format_comparison(result: ComparisonResult) -> str:
+    return (
+        f"{result.metric} over {result.queries} paired queries: baseline {result.baseline_mean:.4f} "
+        f"({result.baseline_file}) vs system {result.system_mean:.4f} ({result.system_file}); "
+        f"delta {result.mean_delta:+.4f}, p = {result.p_value:.4f} (paired randomization, "
+        f"{result.permutations} permutations, seed {result.seed}); win/tie/loss "
+        f"{result.wins}/{result.ties}/{result.losses}"
+    )

@@ -1,0 +1,58 @@
+"""The LLM layer: one client for every stage, over an embedded GGUF model (default, offline) or an HTTP server.
+
+from strata.llm import make_client, prompt_registry, tracing
+
+with make_client(settings) as client, tracing() as trace:
+    prompt = prompt_registry().render("check_extract", passage=text)
+    facts = client.complete(prompt)                      # parsed pydantic object
+    scores = client.score(prompt, ["Methods", "Results"])  # log-probabilities of continuations
+print(trace.format())
+"""
+
+from strata.llm.backend import Backend, ContinuationScore, Generation, GenerationOptions, Scoring
+from strata.llm.cache import ResponseCache
+from strata.llm.client import LLMClient, make_client
+from strata.llm.errors import (
+    ContextOverflowError,
+    LLMError,
+    LLMOutputError,
+    LLMRequestError,
+    LLMUnavailableError,
+    ModelIntegrityError,
+    PromptError,
+    ScoringNotSupportedError,
+)
+from strata.llm.prompts import Prompt, PromptRegistry, PromptTemplate, prompt_registry
+from strata.llm.structured import extract_json_object, parse_structured
+from strata.llm.trace import EvalTiming, LLMCall, Trace, TraceSummary, active_trace, tracing
+
+__all__ = [
+    "Backend",
+    "ContextOverflowError",
+    "ContinuationScore",
+    "EvalTiming",
+    "Generation",
+    "GenerationOptions",
+    "LLMCall",
+    "LLMClient",
+    "LLMError",
+    "LLMOutputError",
+    "LLMRequestError",
+    "LLMUnavailableError",
+    "ModelIntegrityError",
+    "Prompt",
+    "PromptError",
+    "PromptRegistry",
+    "PromptTemplate",
+    "ResponseCache",
+    "Scoring",
+    "ScoringNotSupportedError",
+    "Trace",
+    "TraceSummary",
+    "active_trace",
+    "extract_json_object",
+    "make_client",
+    "parse_structured",
+    "prompt_registry",
+    "tracing",
+]

@@ -1,0 +1,69 @@
+"""What every backend provides; the client adds caching, repair, retries and tracing on top."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from pydantic import BaseModel, Field
+
+from strata.llm.trace import EvalTiming
+
+
+class GenerationOptions(BaseModel):
+    max_tokens: int
+    temperature: float
+    seed: int
+
+
+class Generation(BaseModel):
+    """A backend's raw answer."""
+
+    text: str
+    tokens_in: int
+    tokens_out: int
+    transport_retries: int = 0
+    timing: EvalTiming | None = None
+
+
+class ContinuationScore(BaseModel):
+    """Log-probability of one continuation after the prompt (natural log, summed over its tokens)."""
+
+    continuation: str
+    logprob: float
+    n_tokens: int
+
+    @property
+    def mean_logprob(self) -> float:
+        """Per-token average, which does not favour short continuations the way the sum does."""
+        return self.logprob / max(self.n_tokens, 1)
+
+
+class Scoring(BaseModel):
+    scores: list[ContinuationScore]
+    tokens_in: int = Field(description="Tokens sent or evaluated for all continuations together")
+    transport_retries: int = 0
+
+
+class Backend(Protocol):
+    name: str
+    model: str
+    """Identity of the model weights, part of every cache key."""
+    load_seconds: float | None
+    """Seconds spent verifying and loading weights in-process; None for remote backends."""
+
+    def generate(
+        self, system: str, user: str, schema: dict[str, Any] | None, options: GenerationOptions
+    ) -> Generation: ...
+
+    def score(self, system: str, user: str, continuations: Sequence[str]) -> Scoring: ...
+
+    def close(self) -> None: ...
+
+
+def with_schema_instruction(system: str, schema: dict[str, Any]) -> str:
+    """System text that spells the schema out, for backends that cannot enforce it while decoding."""
+    return (
+        f"{system}\n\nAnswer with one JSON object, and nothing else, matching this JSON schema:\n{json.dumps(schema)}"
+    )

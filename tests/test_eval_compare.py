@@ -1,0 +1,41 @@
+import json
+
+import pytest
+
+from strata.cli import main
+from strata.eval.compare import compare
+
+
+def _write(path, scores):
+    path.write_text(json.dumps({"per_query": [{"query_id": q, "metrics": {"nDCG@10": s}} for q, s in scores.items()]}))
+    return path
+
+
+def test_consistently_better_system_is_significant(tmp_path):
+    baseline = _write(tmp_path / "a.json", {f"q{i}": 0.3 + 0.01 * (i % 5) for i in range(30)})
+    system = _write(tmp_path / "b.json", {f"q{i}": 0.5 + 0.01 * (i % 5) for i in range(30)})
+    result = compare(baseline, system, "nDCG@10", permutations=10_000, seed=1)
+    assert result.p_value < 0.001
+    assert (result.wins, result.ties, result.losses) == (30, 0, 0)
+    assert result.mean_delta == pytest.approx(0.2)
+
+
+def test_noise_is_not_significant_and_result_is_reproducible(tmp_path):
+    baseline = _write(tmp_path / "a.json", {f"q{i}": (i * 37 % 11) / 11 for i in range(40)})
+    system = _write(tmp_path / "b.json", {f"q{i}": (i * 53 % 11) / 11 for i in range(40)})
+    first = compare(baseline, system, "nDCG@10", seed=7)
+    assert first.p_value > 0.05
+    assert compare(baseline, system, "nDCG@10", seed=7).p_value == first.p_value
+
+
+def test_only_shared_queries_are_paired(tmp_path):
+    baseline = _write(tmp_path / "a.json", {"q1": 0.1, "q2": 0.2, "q3": 0.3})
+    system = _write(tmp_path / "b.json", {"q2": 0.4, "q3": 0.3, "q9": 1.0})
+    result = compare(baseline, system, "nDCG@10")
+    assert result.queries == 2 and set(result.per_query_delta) == {"q2", "q3"}
+
+
+def test_missing_metric_is_a_clear_error(tmp_path, capsys):
+    a = _write(tmp_path / "a.json", {"q1": 0.1, "q2": 0.2})
+    assert main(["eval", "compare", str(a), str(a), "--metric", "R@1000"]) == 2
+    assert "has no metric 'R@1000'" in capsys.readouterr().err

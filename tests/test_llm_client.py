@@ -1,0 +1,152 @@
+"""The client's own logic (cache, repair, re-ask, tracing, settings) on a scripted fake backend."""
+
+from collections.abc import Sequence
+
+import pytest
+from pydantic import BaseModel, SecretStr
+
+from strata.config import LLMSettings, Settings
+from strata.llm import (
+    ContinuationScore,
+    Generation,
+    LLMClient,
+    LLMOutputError,
+    Prompt,
+    ResponseCache,
+    Scoring,
+    Trace,
+    TraceSummary,
+    tracing,
+)
+
+
+class Verdict(BaseModel):
+    label: str
+    confidence: float
+
+
+class ScriptedBackend:
+    """Answers from a list, one per request, and remembers every request."""
+
+    name = "scripted"
+    model = "scripted-1"
+    load_seconds = None
+
+    def __init__(self, answers: list[str]) -> None:
+        self.answers = list(answers)
+        self.requests: list[tuple[str, str]] = []
+
+    def generate(self, system, user, schema, options) -> Generation:
+        self.requests.append((system, user))
+        return Generation(text=self.answers.pop(0), tokens_in=len(user.split()), tokens_out=7)
+
+    def score(self, system: str, user: str, continuations: Sequence[str]) -> Scoring:
+        self.requests.append((system, user))
+        scores = [ContinuationScore(continuation=c, logprob=-float(len(c)), n_tokens=len(c)) for c in continuations]
+        return Scoring(scores=scores, tokens_in=10)
+
+    def close(self) -> None:
+        pass
+
+
+PROMPT = Prompt(name="judge", system="Judge it.", user="Claim: the sky is green.", output_model=Verdict)
+
+
+def client_for(answers: list[str], tmp_path=None, **settings) -> tuple[LLMClient, ScriptedBackend]:
+    backend = ScriptedBackend(answers)
+    cache = ResponseCache(tmp_path / "cache.sqlite") if tmp_path else None
+    return LLMClient(backend, LLMSettings(**settings), cache), backend
+
+
+def test_a_wrapped_answer_is_repaired_without_asking_again():
+    client, backend = client_for(['Sure:\n```json\n{"label": "false", "confidence": 0.9}\n```\nAnything else?'])
+    with tracing() as trace:
+        assert client.complete(PROMPT) == Verdict(label="false", confidence=0.9)
+    assert len(backend.requests) == 1 and trace.summary().retries == 0
+
+
+def test_an_invalid_answer_is_re_asked_once_with_the_validation_error():
+    client, backend = client_for(['{"label": "false"}', '{"label": "false", "confidence": 0.5}'])
+    trace = Trace()
+    assert client.complete(PROMPT, trace=trace).confidence == 0.5
+    retry_user = backend.requests[1][1]
+    assert retry_user.startswith(PROMPT.user) and "confidence: Field required" in retry_user
+    assert [call.attempt for call in trace.calls] == [0, 1] and [call.ok for call in trace.calls] == [False, True]
+    summary = trace.summary()
+    assert (summary.calls, summary.tokens_out, summary.retries, summary.failures) == (2, 14, 1, 1)
+
+
+def test_a_hopeless_answer_raises_llm_output_error_with_the_raw_text():
+    client, backend = client_for(["I cannot do that.", "Still no."])
+    with pytest.raises(LLMOutputError) as error:
+        client.complete(PROMPT)
+    assert error.value.raw_text == "Still no." and error.value.prompt_name == "judge"
+    assert "no complete JSON object" in str(error.value) and len(backend.requests) == 2
+
+
+def test_repair_retries_zero_means_a_single_request():
+    client, backend = client_for(["nope"], repair_retries=0)
+    with pytest.raises(LLMOutputError):
+        client.complete(PROMPT)
+    assert len(backend.requests) == 1
+
+
+def test_the_cache_replays_answers_and_the_trace_marks_hits(tmp_path):
+    answer = '{"label": "false", "confidence": 0.75}'
+    first, _ = client_for([answer], tmp_path)
+    with tracing() as cold:
+        first.complete(PROMPT)
+    first.close()
+    second, backend = client_for([], tmp_path)  # a backend with no answers left: everything must come from the cache
+    with tracing() as warm:
+        assert second.complete(PROMPT).confidence == 0.75
+    assert [call.cache_hit for call in cold.calls] == [False]
+    assert warm.calls[0].cache_hit and warm.calls[0].tokens_out == 7
+
+
+def test_cache_keys_separate_models_schemas_and_prompts(tmp_path):
+    answers = ['{"label": "x", "confidence": 1}', '{"label": "y", "confidence": 1}']
+    client, backend = client_for(answers, tmp_path)
+    client.complete(PROMPT)
+    other = PROMPT.model_copy(update={"user": "Claim: water is wet."})
+    assert client.complete(other).label == "y" and len(backend.requests) == 2
+
+
+def test_score_goes_through_the_cache_and_the_trace(tmp_path):
+    client, backend = client_for([], tmp_path)
+    with tracing() as trace:
+        first = client.score(PROMPT, ["Methods", "Results section"])
+        second = client.score(PROMPT, ["Methods", "Results section"])
+    assert first == second and [s.logprob for s in first] == [-7.0, -15.0]
+    assert len(backend.requests) == 1 and [call.cache_hit for call in trace.calls] == [False, True]
+    assert trace.calls[0].kind == "score"
+
+
+def test_an_explicit_trace_wins_over_the_active_one():
+    client, _ = client_for(['{"label": "a", "confidence": 0}'])
+    explicit = Trace()
+    with tracing() as active:
+        client.complete(PROMPT, trace=explicit)
+    assert len(explicit.calls) == 1 and active.calls == []
+    assert "judge" in explicit.format() and "total" in explicit.format()
+
+
+def test_traces_sum_across_requests():
+    one = TraceSummary(calls=1, tokens_in=10, tokens_out=2, latency_s=0.5)
+    two = TraceSummary(calls=2, cache_hits=1, tokens_in=5, tokens_out=1, latency_s=0.25)
+    assert TraceSummary.total([one, two]) == TraceSummary(
+        calls=3, cache_hits=1, tokens_in=15, tokens_out=3, latency_s=0.75
+    )
+
+
+def test_llm_settings_come_from_presets_and_the_environment(monkeypatch):
+    monkeypatch.setenv("STRATA_LLM__BASE_URL", "http://gpu-box:9000/v1")
+    monkeypatch.setenv("STRATA_LLM__API_KEY", "sk-test")
+    settings = Settings.load(preset="openai-compatible")
+    assert settings.llm.backend == "openai" and settings.llm.base_url == "http://gpu-box:9000/v1"
+    assert settings.llm.api_key == SecretStr("sk-test") and "sk-test" not in repr(settings.llm)
+    assert Settings.load(preset="quality").llm.model == "packaged:qwen2.5-coder-1.5b"
+    monkeypatch.delenv("STRATA_LLM__BASE_URL")
+    monkeypatch.delenv("STRATA_LLM__API_KEY")
+    default = Settings.load()
+    assert default.llm == Settings.load(preset="embedded").llm and default.llm.temperature == 0
