@@ -52,6 +52,12 @@ class EmbeddingSettings(_Section):
     )
     batch_size: int = Field(default=64, ge=1, description="Texts per embedding batch")
     threads: int = Field(default=2, ge=1, description="Torch CPU threads used for embedding")
+    query_threads: int = Field(
+        default=1,
+        ge=1,
+        description="Torch threads for embedding one search query: one short text gains little from more, and on a "
+        "busy machine waiting threads made it 3-15x slower",
+    )
     title_prefix: bool = Field(
         default=True, description="Embed each chunk as its paper's title, a newline, then the chunk text"
     )
@@ -78,6 +84,13 @@ class SearchSettings(_Section):
     prf_docs: int = Field(default=10, ge=1, description="Feedback chunks for PRF")
     prf_terms: int = Field(default=10, ge=1, description="Expansion terms added by PRF")
     prf_original_weight: float = Field(default=0.5, ge=0, le=1, description="Weight of the original query in RM3")
+    bm25_title_tie_breaker: float = Field(
+        default=0.5,
+        ge=0,
+        le=1,
+        description="BM25 over text and title fields: best field plus this share of the other (1.0 sums them, as "
+        "in BEIR's published baseline; 0.5 is Elasticsearch best_fields with tie_breaker 0.5)",
+    )
 
 
 class LLMSettings(_Section):
@@ -140,6 +153,64 @@ class LLMSettings(_Section):
     )
 
 
+class TocSettings(_Section):
+    context_tokens: int = Field(
+        default=8192,
+        ge=1024,
+        description="Context window for ToC prompts; the embedded model's n_ctx is raised to this for ToC retrieval",
+    )
+    answer_reserve_tokens: int = Field(
+        default=384, ge=64, description="Tokens kept free for instructions, question and answer when fitting a ToC"
+    )
+    top_k: int = Field(default=3, ge=1, description="Leaves returned per question")
+    beam_width: int = Field(
+        default=4, ge=1, description="Partial answers kept open by the constrained search (at least top_k)"
+    )
+    max_expansions: int = Field(
+        default=48,
+        ge=1,
+        description="Most model calls one constrained search makes; then its best partial answers are completed "
+        "without the model",
+    )
+    expand_collapsed: int = Field(
+        default=2, ge=1, description="Collapsed entries opened per step when a long ToC is shown level by level"
+    )
+    questions_per_leaf: int = Field(default=4, ge=1, le=10, description="Synthetic questions generated per leaf")
+    passage_words: int = Field(default=220, ge=32, description="Words of a leaf's text shown to the question writer")
+    dev_fraction: float = Field(
+        default=0.25, ge=0, lt=1, description="Share of each leaf's synthetic questions held out for early stopping"
+    )
+    question_cache: Path = Field(
+        default=Path("~/.cache/strata/toc-questions"),
+        description="Folder of generated synthetic questions (JSONL per document and model), reused across runs",
+    )
+    train_model: str = Field(
+        default="packaged:smollm2-135m",
+        description="Model fine-tuned with LoRA (transformers + peft): 'packaged:NAME' or a .gguf path",
+    )
+    lora_r: int = Field(default=16, ge=1, description="LoRA rank")
+    lora_alpha: int = Field(default=32, ge=1, description="LoRA scaling numerator (scale = alpha / r)")
+    lora_dropout: float = Field(default=0.05, ge=0, lt=1, description="Dropout on the LoRA input")
+    learning_rate: float = Field(default=3e-4, gt=0, description="AdamW learning rate of the LoRA weights")
+    batch_size: int = Field(default=4, ge=1, description="Training examples per optimiser step")
+    max_epochs: int = Field(default=20, ge=1, description="Most passes over the training questions")
+    max_steps: int | None = Field(default=None, ge=1, description="Stop after this many optimiser steps (unset: none)")
+    eval_every_steps: int | None = Field(
+        default=None, ge=1, description="Dev R@1 check interval in steps for early stopping (unset: once per epoch)"
+    )
+    patience: int = Field(default=3, ge=1, description="Dev checks without a better R@1 before training stops")
+    device: Literal["auto", "cpu", "cuda"] = Field(
+        default="auto", description="Where fine-tuning and fine-tuned inference run; 'auto' takes CUDA when present"
+    )
+    threads: int = Field(default=2, ge=1, description="Torch CPU threads for fine-tuning on the CPU")
+    use_adapter: bool = Field(
+        default=True, description="Answer with the document's STAIR adapter when one was trained, else zero-shot"
+    )
+    induced_leaves: int = Field(
+        default=12, ge=2, description="Leaves made by clustering when a document has neither outline nor headings"
+    )
+
+
 class Settings(BaseSettings):
     """Everything Strata can be told; the defaults run fully offline on the embedded models."""
 
@@ -150,6 +221,7 @@ class Settings(BaseSettings):
     index: IndexSettings = Field(default_factory=IndexSettings, description="BM25 and dense indices")
     search: SearchSettings = Field(default_factory=SearchSettings, description="Hybrid search")
     llm: LLMSettings = Field(default_factory=LLMSettings, description="LLM client")
+    toc: TocSettings = Field(default_factory=TocSettings, description="Table-of-contents (STAIR) retrieval")
 
     @classmethod
     def settings_customise_sources(

@@ -146,3 +146,45 @@ class Paper(BaseModel):
 
     def toc_depth(self) -> int:
         return max((section.level for section in self.walk_sections()), default=0)
+
+
+class ChunkHit(BaseModel):
+    """One retrieved chunk supporting a candidate, with the locator that reproduces its text."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    rowid: int = Field(description="Store row id of the chunk (the key of every index)")
+    text: str
+    content_type: ContentType = ContentType.TEXT
+    locator: Locator
+    score: float = Field(description="The chunk's score under the ranking's method (fused score for hybrid)")
+
+
+class Candidate(BaseModel):
+    """A paper in a ranking: its score, 1-based rank and best supporting chunks, best first."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    paper_id: str
+    title: str = ""
+    score: float = Field(description="Score of the paper's best chunk")
+    rank: int = Field(ge=1, description="1-based position in the ranking")
+    chunks: list[ChunkHit] = Field(default_factory=list)
+
+
+class Ranking(BaseModel):
+    """Papers ranked for one query, best first; shared by search, Relate, reranking and reading."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    query: str
+    method: str = Field(description="What produced the ranking, e.g. 'bm25', 'dense', 'hybrid', 'hybrid+prf'")
+    candidates: list[Candidate] = Field(default_factory=list)
+
+    def top(self, k: int) -> Ranking:
+        """The first `k` candidates as a ranking of their own."""
+        return self.model_copy(update={"candidates": self.candidates[:k]})
+
+    @property
+    def paper_ids(self) -> list[str]:
+        return [candidate.paper_id for candidate in self.candidates]

@@ -1,0 +1,230 @@
+"""Dense retrieval over store chunks with faiss, keyed by the chunk's store row id.
+
+Exact inner-product search (vectors are L2-normalised, so this is cosine) until `hnsw_above` vectors, then an HNSW
+graph. Each save writes a new vectors file and then switches the state file to it, so readers load either the old
+index or the new one, never a partial write.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Collection, Sequence
+from pathlib import Path
+
+import faiss
+import numpy as np
+from pydantic import Field
+
+from strata.config import IndexSettings
+from strata.index.embedder import Embedder
+from strata.index.state import ChunkScore, IndexSyncStats, SyncProgress, SyncState, read_state, write_state
+from strata.store.sqlite import CorpusStore, StoredChunk
+
+FORMAT = "dense-v1"
+READ_BATCH = 256
+# Save a consistent partial index this often, so an interrupted first sync of a large corpus keeps its work.
+CHECKPOINT_CHUNKS = 20_000
+# Rebuild the HNSW graph (which cannot remove vectors) once this share of it is deleted chunks.
+TOMBSTONE_REBUILD_SHARE = 0.1
+
+
+class DenseState(SyncState):
+    model: str = Field(description="Embedding model setting the vectors came from")
+    title_prefix: bool = Field(description="Whether chunks were embedded with their paper's title")
+    dimension: int = 0
+    vectors_file: str | None = Field(default=None, description="The current faiss file in the index folder")
+    tombstones: list[int] = Field(default_factory=list, description="Removed chunks still inside the HNSW graph")
+
+
+class DenseIndex:
+    def __init__(self, folder: Path, settings: IndexSettings) -> None:
+        self.folder = folder
+        self.settings = settings
+        self.state_path = folder / "state.json"
+        self.embedder = Embedder(settings.embedding)
+        self._index: faiss.Index | None = None
+        self._state: DenseState | None = None
+        self._loaded_version: tuple[int, int] | None = None
+
+    # reading
+
+    def __len__(self) -> int:
+        index = self._current()
+        return index.ntotal - len(self._state.tombstones) if index is not None and self._state else 0
+
+    def search_text(self, text: str, depth: int, rowids: Collection[int] | None = None) -> list[ChunkScore]:
+        if self._current() is None:
+            return []
+        return self.search(self.embedder.embed_query(text), depth, rowids)
+
+    def search(self, vector: np.ndarray, depth: int, rowids: Collection[int] | None = None) -> list[ChunkScore]:
+        """Best `depth` chunks by cosine, best first, ties by row id; optionally only among `rowids`."""
+        index = self._current()
+        if index is None or index.ntotal == 0 or (rowids is not None and not rowids):
+            return []
+        selector, parts = self._selector(rowids)
+        if _is_hnsw(index):
+            params = faiss.SearchParametersHNSW(efSearch=max(self.settings.hnsw_ef_search, depth), sel=selector)
+        else:
+            params = faiss.SearchParameters(sel=selector) if selector is not None else None
+        query = np.ascontiguousarray(vector, dtype=np.float32).reshape(1, -1)
+        scores, ids = index.search(query, min(depth, index.ntotal), params=params)
+        del parts  # the selector's parts had to outlive the search
+        hits = [ChunkScore(rowid=int(i), score=float(s)) for s, i in zip(scores[0], ids[0]) if i >= 0]
+        return sorted(hits, key=lambda hit: (-hit.score, hit.rowid))
+
+    def _selector(self, rowids: Collection[int] | None) -> tuple[faiss.IDSelector | None, list[faiss.IDSelector]]:
+        """A selector admitting `rowids` (all when None) minus tombstones, and every part it points to (faiss
+        selectors hold raw pointers, so the caller keeps the parts alive while searching)."""
+        assert self._state is not None
+        parts: list[faiss.IDSelector] = []
+        conditions: list[faiss.IDSelector] = []
+        if self._state.tombstones:
+            hidden = _batch_selector(self._state.tombstones)
+            parts.append(hidden)
+            conditions.append(faiss.IDSelectorNot(hidden))
+        if rowids is not None:
+            conditions.append(_batch_selector(rowids))
+        parts.extend(conditions)
+        if len(conditions) == 2:
+            parts.append(faiss.IDSelectorAnd(*conditions))
+        return (parts[-1] if conditions else None), parts
+
+    def _current(self) -> faiss.Index | None:
+        """The saved index, reloaded when another process (or a sync) has switched the state file since."""
+        try:
+            info = self.state_path.stat()
+        except FileNotFoundError:
+            return None
+        version = (info.st_mtime_ns, info.st_ino)
+        if version != self._loaded_version:
+            state = read_state(self.state_path, DenseState)
+            if state is None or state.vectors_file is None:
+                return None
+            self._check_compatible(state)
+            try:
+                self._index = faiss.read_index(str(self.folder / state.vectors_file))
+            except RuntimeError:
+                if self.state_path.stat().st_ino == info.st_ino:
+                    raise
+                return self._current()  # a concurrent sync replaced that file after we read the state
+            self._state, self._loaded_version = state, version
+        return self._index
+
+    def _check_compatible(self, state: DenseState) -> None:
+        if _identity(state) != self._expected_identity():
+            raise ValueError(
+                f"the dense index in {self.folder} was built with {state.model!r} (title prefix "
+                f"{state.title_prefix}); settings ask for {self.settings.embedding.model!r} (title prefix "
+                f"{self.settings.embedding.title_prefix}): re-run `strata ingest` (its index sync rebuilds it)"
+            )
+
+    def _expected_identity(self) -> tuple[str, str, bool]:
+        return FORMAT, self.settings.embedding.model, self.settings.embedding.title_prefix
+
+    # writing
+
+    def sync(self, store: CorpusStore, progress: SyncProgress | None = None) -> IndexSyncStats:
+        """Embed chunks stored since the last sync and drop removed ones, then save."""
+        started = time.perf_counter()
+        state, index = self._load_for_writing()
+        expected = store.max_chunk_rowid() - state.chunk_rowid
+        stats = IndexSyncStats()
+        deletions = store.deletions_after(state.deletion_seq)
+        if deletions:
+            index = self._remove(index, state, [rowid for _, rowid in deletions])
+            state.deletion_seq = deletions[-1][0]
+            stats.deleted = len(deletions)
+        unsaved = 0
+        while batch := store.chunks_after(state.chunk_rowid, limit=READ_BATCH):
+            vectors = self.embedder.embed([self.embedding_text(stored) for stored in batch])
+            if index is None:
+                state.dimension = vectors.shape[1]
+                index = faiss.IndexIDMap(faiss.IndexFlatIP(state.dimension))
+            index.add_with_ids(vectors, np.array([stored.rowid for stored in batch], dtype=np.int64))
+            state.chunk_rowid = batch[-1].rowid
+            stats.added += len(batch)
+            unsaved += len(batch)
+            if progress:
+                progress(stats.added, expected)
+            if unsaved >= CHECKPOINT_CHUNKS:
+                self._save(index, state)
+                unsaved = 0
+        if index is not None:
+            if stats.added or stats.deleted:
+                index = self._maybe_switch_to_hnsw(index, state)
+                self._save(index, state)
+            stats.size = index.ntotal - len(state.tombstones)
+        stats.seconds = time.perf_counter() - started
+        return stats
+
+    def embedding_text(self, stored: StoredChunk) -> str:
+        if self.settings.embedding.title_prefix and stored.paper_title:
+            return f"{stored.paper_title}\n{stored.chunk.text}"
+        return stored.chunk.text
+
+    def _load_for_writing(self) -> tuple[DenseState, faiss.Index | None]:
+        state = read_state(self.state_path, DenseState)
+        model, title_prefix = self.settings.embedding.model, self.settings.embedding.title_prefix
+        if state is None or state.vectors_file is None or _identity(state) != self._expected_identity():
+            # Nothing saved yet, or vectors from another model or text format: start over.
+            return DenseState(format=FORMAT, model=model, title_prefix=title_prefix), None
+        return state, faiss.read_index(str(self.folder / state.vectors_file))
+
+    def _remove(self, index: faiss.Index | None, state: DenseState, rowids: Sequence[int]) -> faiss.Index | None:
+        if index is None:
+            return None
+        if not _is_hnsw(index):
+            index.remove_ids(np.array(rowids, dtype=np.int64))
+            return index
+        # HNSW cannot remove: hide the vectors at search time and rebuild once too many are hidden.
+        present = set(faiss.vector_to_array(index.id_map).tolist())
+        state.tombstones = sorted(set(state.tombstones) | (present & set(rowids)))
+        if len(state.tombstones) > TOMBSTONE_REBUILD_SHARE * index.ntotal:
+            index = self._rebuild_hnsw(index, drop=set(state.tombstones))
+            state.tombstones = []
+        return index
+
+    def _maybe_switch_to_hnsw(self, index: faiss.Index, state: DenseState) -> faiss.Index:
+        if _is_hnsw(index) or index.ntotal <= self.settings.hnsw_above:
+            return index
+        return self._rebuild_hnsw(index, drop=set())
+
+    def _rebuild_hnsw(self, index: faiss.Index, drop: set[int]) -> faiss.Index:
+        """An HNSW index holding `index`'s vectors except those of `drop`."""
+        inner = faiss.downcast_index(index.index)
+        vectors = inner.reconstruct_n(0, inner.ntotal)
+        ids = faiss.vector_to_array(index.id_map)
+        keep = np.array([rowid not in drop for rowid in ids.tolist()], dtype=bool)
+        graph = faiss.IndexHNSWFlat(vectors.shape[1], self.settings.hnsw_m, faiss.METRIC_INNER_PRODUCT)
+        graph.hnsw.efSearch = self.settings.hnsw_ef_search
+        rebuilt = faiss.IndexIDMap(graph)
+        rebuilt.add_with_ids(np.ascontiguousarray(vectors[keep]), np.ascontiguousarray(ids[keep]))
+        return rebuilt
+
+    def _save(self, index: faiss.Index, state: DenseState) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        name = f"vectors-{time.time_ns()}.faiss"
+        temp = self.folder / f".{name}.tmp"
+        faiss.write_index(index, str(temp))
+        with open(temp, "rb") as file:
+            os.fsync(file.fileno())
+        os.replace(temp, self.folder / name)
+        state.vectors_file = name
+        write_state(self.state_path, state)
+        for old in self.folder.glob("vectors-*.faiss"):
+            if old.name != name:
+                old.unlink(missing_ok=True)
+
+
+def _identity(state: DenseState) -> tuple[str, str, bool]:
+    return state.format, state.model, state.title_prefix
+
+
+def _is_hnsw(index: faiss.Index) -> bool:
+    return isinstance(faiss.downcast_index(index.index), faiss.IndexHNSW)
+
+
+def _batch_selector(rowids: Collection[int]) -> faiss.IDSelectorBatch:
+    return faiss.IDSelectorBatch(np.array(sorted(rowids), dtype=np.int64))

@@ -1,0 +1,68 @@
+"""What the indices share: scored chunks, sync statistics and watermarks.
+
+A watermark says how far into the store's chunks and deletion log an index has caught up. It is written atomically
+(temp file, fsync, os.replace) only after the index data it describes is durable, so a reader or a crash sees the
+old state or the new one, never a mix.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+# (chunks indexed so far, most chunks this sync can index)
+SyncProgress = Callable[[int, int], None]
+
+
+class ChunkScore(BaseModel):
+    rowid: int = Field(description="Store row id of the chunk")
+    score: float
+
+
+class IndexSyncStats(BaseModel):
+    added: int = 0
+    deleted: int = 0
+    seconds: float = 0.0
+    size: int = Field(default=0, description="Chunks held by the index after the sync")
+
+
+class SyncState(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    format: str = Field(description="How the index was built; another value means rebuild")
+    chunk_rowid: int = Field(default=0, description="Largest store chunk row id indexed")
+    deletion_seq: int = Field(default=0, description="Last store deletion-log entry applied")
+
+
+State = TypeVar("State", bound=SyncState)
+
+
+def read_state(path: Path, model: type[State]) -> State | None:
+    """The saved state, or None when missing or unreadable (the index is then rebuilt)."""
+    try:
+        return model.model_validate_json(path.read_bytes())
+    except (OSError, ValidationError):
+        return None
+
+
+def write_state(path: Path, state: SyncState) -> None:
+    atomic_write(path, state.model_dump_json(indent=1).encode())
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "wb") as file:
+            file.write(data)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temp, path)
+    except BaseException:
+        Path(temp).unlink(missing_ok=True)
+        raise

@@ -1,0 +1,131 @@
+"""Hybrid search: BM25 and dense over chunks, fused by reciprocal rank fusion, rolled up to papers."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterator
+from contextlib import contextmanager
+from typing import Literal
+
+from strata.config import SearchSettings, Settings
+from strata.documents.model import Candidate, ChunkHit, Ranking
+from strata.index import CorpusIndex
+from strata.index.bm25 import rm3_weights
+from strata.index.state import ChunkScore
+from strata.retrieve.fusion import reciprocal_rank_fusion
+from strata.store.sqlite import CorpusStore, StoredChunk
+
+Method = Literal["bm25", "dense", "hybrid"]
+METHODS: tuple[Method, ...] = ("bm25", "dense", "hybrid")
+ROLL_UP_PAGE = 100  # chunks read from the store at a time while rolling up
+
+
+class HybridSearcher:
+    def __init__(self, store: CorpusStore, index: CorpusIndex, settings: SearchSettings) -> None:
+        self.store = store
+        self.index = index
+        self.settings = settings
+
+    def search(
+        self,
+        query: str,
+        k: int | None = None,
+        method: Method = "hybrid",
+        prf: bool | None = None,
+        paper_ids: Collection[str] | None = None,
+    ) -> Ranking:
+        """The best `k` papers for `query`, each with its best chunks and their locators.
+
+        `prf` (default: settings) expands the BM25 side with RM3 feedback; it does not apply to 'dense'.
+        `paper_ids`, when given, restricts the search to those papers. On a corpus without a dense index
+        (index.dense off), 'hybrid' is BM25 alone and the ranking says so.
+        """
+        if method not in METHODS:
+            raise ValueError(f"unknown search method {method!r}; expected one of {', '.join(METHODS)}")
+        if method != "bm25" and not self.index.settings.dense:
+            if method == "dense":
+                raise ValueError("dense search is off for this corpus (index.dense = false)")
+            method = "bm25"  # hybrid on a BM25-only corpus
+        k = k or self.settings.k
+        use_prf = (self.settings.prf if prf is None else prf) and method != "dense"
+        chunk_lists: list[list[ChunkScore]] = []
+        if method in ("bm25", "hybrid"):
+            chunk_lists.append(self.bm25_chunks(query, use_prf, paper_ids))
+        if method in ("dense", "hybrid"):
+            chunk_lists.append(self.dense_chunks(query, paper_ids))
+        if method == "hybrid":
+            rowid_lists = [[hit.rowid for hit in hits] for hits in chunk_lists]
+            fused = reciprocal_rank_fusion(rowid_lists, k=self.settings.rrf_k)
+        else:
+            fused = [(hit.rowid, hit.score) for hit in chunk_lists[0]]
+        name = f"{method}+prf" if use_prf else method
+        return Ranking(query=query, method=name, candidates=self._papers(fused, k))
+
+    def bm25_chunks(self, query: str, prf: bool, paper_ids: Collection[str] | None = None) -> list[ChunkScore]:
+        bm25 = self.index.bm25
+        tie_breaker = self.settings.bm25_title_tie_breaker
+        hits = bm25.search(query, self.settings.depth, paper_ids, tie_breaker)
+        if not prf or not hits:
+            return hits
+        feedback = hits[: self.settings.prf_docs]
+        texts = self.store.get_chunks(hit.rowid for hit in feedback)
+        weights = rm3_weights(
+            bm25.terms(query),
+            [(bm25.terms(texts[hit.rowid].chunk.text), hit.score) for hit in feedback if hit.rowid in texts],
+            expansion_terms=self.settings.prf_terms,
+            original_weight=self.settings.prf_original_weight,
+        )
+        return bm25.search_terms(weights, self.settings.depth, paper_ids, tie_breaker)
+
+    def dense_chunks(self, query: str, paper_ids: Collection[str] | None = None) -> list[ChunkScore]:
+        rowids = None if paper_ids is None else self.index.bm25.rowids_of_papers(paper_ids)
+        return self.index.dense.search_text(query, self.settings.depth, rowids)
+
+    def _papers(self, fused: list[tuple[int, float]], k: int) -> list[Candidate]:
+        """Roll chunks up to papers: a paper scores as its best chunk and keeps its best `chunks_per_paper`.
+
+        Chunks are read from the store a page at a time, best first, until `k` papers have appeared and one more
+        page has been read: paper scores and ranks are exact; a supporting chunk ranked further down than that
+        (a weak one) is left out, which saves reading every fused chunk.
+        """
+        by_paper: dict[str, list[tuple[StoredChunk, float]]] = {}
+        start = 0
+        extra_pages = 1
+        while start < len(fused) and (len(by_paper) < k or extra_pages > 0):
+            if len(by_paper) >= k:
+                extra_pages -= 1
+            page = fused[start : start + ROLL_UP_PAGE]
+            start += ROLL_UP_PAGE
+            stored = self.store.get_chunks(rowid for rowid, _ in page)  # deleted chunks are absent: skipped
+            for rowid, score in page:
+                if rowid in stored:
+                    by_paper.setdefault(stored[rowid].chunk.paper_id, []).append((stored[rowid], score))
+        best_first = sorted(by_paper.items(), key=lambda item: (-item[1][0][1], item[0]))[:k]
+        return [
+            Candidate(
+                paper_id=paper_id,
+                title=hits[0][0].paper_title,
+                score=hits[0][1],
+                rank=rank,
+                chunks=[_hit(chunk, score) for chunk, score in hits[: self.settings.chunks_per_paper]],
+            )
+            for rank, (paper_id, hits) in enumerate(best_first, start=1)
+        ]
+
+
+def _hit(stored: StoredChunk, score: float) -> ChunkHit:
+    return ChunkHit(
+        rowid=stored.rowid,
+        text=stored.chunk.text,
+        content_type=stored.chunk.content_type,
+        locator=stored.chunk.locator,
+        score=score,
+    )
+
+
+@contextmanager
+def open_searcher(settings: Settings) -> Iterator[HybridSearcher]:
+    """A searcher over the corpus under `settings.store.home`; the store is closed on exit."""
+    from strata.ingest import open_store  # the one place that knows the store's file name
+
+    with open_store(settings) as store:
+        yield HybridSearcher(store, CorpusIndex(store, settings), settings.search)
