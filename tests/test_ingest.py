@@ -9,7 +9,8 @@ import pytest
 
 from strata.cli import main
 from strata.documents.model import Locator
-from strata.ingest import ingest, open_store
+from strata.ingest import ingest
+from strata.store import open_store
 
 PDFS = ["10.1016%2Fj.cell.2024.02.016.pdf", "10.1007%2Fs00125-024-06103-w.pdf"]
 

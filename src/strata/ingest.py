@@ -19,7 +19,7 @@ from pydantic import BaseModel, Field
 from strata.config import Settings
 from strata.documents.parsers import ParseError, discover, iter_papers
 from strata.index import CorpusIndex
-from strata.store.sqlite import CorpusStore
+from strata.store import CorpusStore, open_store
 
 ProgressCallback = Callable[[Path, "FileOutcome"], None]
 
@@ -58,10 +58,6 @@ class IngestReport(BaseModel):
         ]
         lines += [f"FAILED {outcome.path}: {outcome.error}" for outcome in self.errors]
         return "\n".join(lines)
-
-
-def open_store(settings: Settings) -> CorpusStore:
-    return CorpusStore(settings.store.home / "corpus.sqlite3")
 
 
 def ingest(

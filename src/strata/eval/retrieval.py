@@ -163,7 +163,7 @@ def _prepare_corpus(dataset: BeirDataset, settings: Settings) -> tuple[float, fl
 def _run_queries(
     dataset: BeirDataset, settings: Settings, method: Method, prf: bool | None
 ) -> tuple[dict[str, Ranking], dict[str, float]]:
-    from strata.ingest import open_store
+    from strata.store import open_store
 
     rankings: dict[str, Ranking] = {}
     latencies: dict[str, float] = {}

@@ -125,7 +125,7 @@ def _hit(stored: StoredChunk, score: float) -> ChunkHit:
 @contextmanager
 def open_searcher(settings: Settings) -> Iterator[HybridSearcher]:
     """A searcher over the corpus under `settings.store.home`; the store is closed on exit."""
-    from strata.ingest import open_store  # the one place that knows the store's file name
+    from strata.store import open_store
 
     with open_store(settings) as store:
         yield HybridSearcher(store, CorpusIndex(store, settings), settings.search)
