@@ -33,5 +33,9 @@ demo: install
 test: install
 	$(PY) -m pytest -q -ra
 
+# Rerun the cheap rows of benchmarks/matrix.yaml (SciFact BM25/dense/hybrid) and fail if a score drifts.
+reproduce: install
+	$(STRATA) eval matrix --rows cheap
+
 clean:
 	rm -rf $(VENV) .strata .pytest_cache

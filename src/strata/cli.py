@@ -11,11 +11,14 @@ import json
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
 from strata.config import Settings, available_presets
+
+if TYPE_CHECKING:
+    from strata.eval.retrieval import RetrievalEvalResult
 
 Handler = Callable[[argparse.Namespace, Settings], int]
 
@@ -109,7 +112,7 @@ def _snippet(text: str, width: int = 200) -> str:
 
 def cmd_show(args: argparse.Namespace, settings: Settings) -> int:
     from strata.documents.model import Locator
-    from strata.ingest import open_store
+    from strata.store import open_store
 
     locator = Locator.parse(args.locator)
     with open_store(settings) as store:
@@ -128,7 +131,7 @@ def cmd_show(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_stats(args: argparse.Namespace, settings: Settings) -> int:
-    from strata.ingest import open_store
+    from strata.store import open_store
 
     with open_store(settings) as store:
         stats = store.stats()
@@ -140,14 +143,46 @@ def cmd_stats(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def cmd_eval_retrieval(args: argparse.Namespace, settings: Settings) -> int:
-    from strata.eval.retrieval import format_result, run_retrieval_eval
+def eval_retrieval(args: argparse.Namespace, settings: Settings) -> RetrievalEvalResult:
+    from strata.eval.retrieval import run_retrieval_eval
 
-    result = run_retrieval_eval(
+    return run_retrieval_eval(
         settings, dataset_dir=Path(args.dataset), method=args.method, split=args.split, output_dir=Path(args.output)
     )
-    print(format_result(result))
+
+
+def cmd_eval_retrieval(args: argparse.Namespace, settings: Settings) -> int:
+    from strata.eval.retrieval import format_result
+
+    print(format_result(eval_retrieval(args, settings)))
     return 0
+
+
+def cmd_eval_matrix(args: argparse.Namespace, settings: Settings) -> int:
+    from strata.eval.matrix import format_matrix, load_matrix, run_matrix, write_matrix_result
+
+    output = Path(args.output).resolve()  # the rows run from the matrix root, not from here
+    result = run_matrix(load_matrix(Path(args.file)), run_matrix_command, rows=args.rows, matrix_file=args.file)
+    write_matrix_result(result, output)
+    if args.json:
+        _print_json(result)
+    else:
+        print(format_matrix(result))
+        print(f"written to {output}")
+    return 0 if result.passed else 1
+
+
+def run_matrix_command(argv: list[str]) -> dict[str, float]:
+    """Run one `strata eval` command of the matrix in-process and return its mean metrics. Evaluation commands
+    name the function that computes their result (`evaluate`); its result carries `metrics`."""
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as error:  # argparse has printed why
+        raise ValueError(f"'strata {' '.join(argv)}' is not a valid command") from error
+    evaluate = getattr(args, "evaluate", None)
+    if evaluate is None:
+        raise ValueError(f"'strata {' '.join(argv)}' is not an evaluation the matrix can run")
+    return dict(evaluate(args, settings_from_args(args)).metrics)
 
 
 def cmd_eval_compare(args: argparse.Namespace, settings: Settings) -> int:
@@ -210,6 +245,13 @@ def build_parser() -> argparse.ArgumentParser:
     retrieval.add_argument("--method", choices=["bm25", "dense", "hybrid"], default="hybrid")
     retrieval.add_argument("--split", default="test", help="qrels split")
     retrieval.add_argument("--output", default="runs", help="folder for the TREC run and JSON result")
+    retrieval.set_defaults(evaluate=eval_retrieval)
+
+    matrix_help = "rerun the reproduction matrix (each row carries its own flags); exit 1 when a score drifts"
+    matrix = command("matrix", cmd_eval_matrix, matrix_help, eval_cmd)
+    matrix.add_argument("--rows", choices=["cheap", "all"], default="cheap", help="cheap: rows that need no LLM")
+    matrix.add_argument("--file", default="benchmarks/matrix.yaml", help="the matrix YAML")
+    matrix.add_argument("--output", default="benchmarks/results/matrix.json", help="where the outcome JSON goes")
 
     comparison = command("compare", cmd_eval_compare, "paired randomization test between two result files", eval_cmd)
     comparison.add_argument("baseline", help="result JSON of the baseline")

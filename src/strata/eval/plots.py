@@ -1,0 +1,221 @@
+"""Figures from the result JSONs in a results folder, saved as PNG beside them.
+
+  recall_at_k.png   mean R@1..100 per retrieval method, from the TREC runs that `strata eval retrieval` results name
+  toc_r1_by_book.png  ToC R@1 per book and method, from stair*.json (benchmarks/stair.py's `methods` tables)
+  cost_quality.png  nDCG@10 against cost per query, from the `methods` rows of any results JSON (retrieval.json's
+                    convention): LLM tokens per query (`llm_tokens_per_query`) when any row has them, else latency
+
+A figure whose inputs do not exist yet is skipped with the reason, never an error.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import ir_measures
+import matplotlib
+
+matplotlib.use("Agg")  # files only, no display
+import matplotlib.pyplot as plt  # noqa: E402 -- the backend must be chosen first
+from pydantic import BaseModel, Field, ValidationError  # noqa: E402
+
+from strata.eval.beir import load_beir  # noqa: E402
+from strata.eval.retrieval import RetrievalEvalResult  # noqa: E402
+
+RECALL_DEPTHS = tuple(range(1, 101))
+TOC_FILES = "stair*.json"  # stair.json, stair-cpu.json, stair-gpu.json
+ALL_SCOPE = "all"
+TOC_METRIC = "R@1"
+QUALITY = "nDCG@10"
+TOKENS = "llm_tokens_per_query"
+LATENCY = "latency_p50_ms"
+
+
+class Figure(BaseModel):
+    name: str
+    path: Path | None = Field(default=None, description="The PNG written, or None when skipped")
+    note: str = Field(description="What the figure shows, or why it was skipped")
+
+
+class RecallCurve(BaseModel):
+    label: str
+    recall: list[float] = Field(description="Mean R@k for k in RECALL_DEPTHS")
+
+
+class CostPoint(BaseModel):
+    label: str
+    quality: float
+    latency_ms: float | None
+    tokens_per_query: float | None
+
+
+def make_figures(results_dir: Path, base: Path) -> list[Figure]:
+    """All figures for `results_dir`; relative paths inside results are taken from `base` (where the eval ran)."""
+    return [
+        plot_recall_curves(recall_curves(results_dir, base), results_dir / "recall_at_k.png"),
+        plot_toc_by_book(toc_results(results_dir), results_dir / "toc_r1_by_book.png"),
+        plot_cost_quality(cost_points(results_dir), results_dir / "cost_quality.png"),
+    ]
+
+
+# recall@k
+
+
+def recall_curves(results_dir: Path, base: Path) -> list[RecallCurve]:
+    """One curve per (dataset, split, method), from the newest result file whose run file still exists."""
+    newest: dict[tuple[str, str, str], tuple[float, RetrievalEvalResult]] = {}
+    for path, result in _retrieval_results(results_dir):
+        run_file = _under(base, result.run_file)
+        if run_file is None or not run_file.is_file():
+            continue
+        key = (result.dataset, result.split, result.method)
+        if key not in newest or path.stat().st_mtime > newest[key][0]:
+            newest[key] = (path.stat().st_mtime, result)
+    curves = []
+    for (dataset, split, method), (_, result) in sorted(newest.items()):
+        qrels = load_beir(_under(base, result.dataset_dir), split).qrels
+        run = ir_measures.read_trec_run(str(_under(base, result.run_file)))
+        curves.append(RecallCurve(label=f"{dataset} {split}: {method}", recall=mean_recall_at(qrels, list(run))))
+    return curves
+
+
+def mean_recall_at(
+    qrels: dict[str, dict[str, int]], run: list[Any], depths: tuple[int, ...] = RECALL_DEPTHS
+) -> list[float]:
+    """Mean R@k over the judged queries for each k; a judged query missing from the run scores 0 (as in BEIR)."""
+    measures = [ir_measures.R @ k for k in depths]
+    totals = {str(measure): 0.0 for measure in measures}
+    for metric in ir_measures.iter_calc(measures, qrels, run):
+        totals[str(metric.measure)] += metric.value
+    return [totals[str(measure)] / max(len(qrels), 1) for measure in measures]
+
+
+def plot_recall_curves(curves: list[RecallCurve], path: Path) -> Figure:
+    if not curves:
+        return Figure(name="recall@k", note="skipped: no retrieval result with its TREC run (run `make reproduce`)")
+    figure, axes = plt.subplots(figsize=(6.4, 4.2))
+    for curve in curves:
+        axes.plot(RECALL_DEPTHS, curve.recall, label=curve.label)
+    axes.set(xscale="log", xlabel="k (papers retrieved)", ylabel="mean recall@k", ylim=(0, 1), title="Recall@k")
+    axes.grid(True, which="both", alpha=0.3)
+    axes.legend(loc="lower right", fontsize="small")
+    _save(figure, path)
+    return Figure(name="recall@k", path=path, note=f"mean R@1..100 of {len(curves)} runs")
+
+
+def _retrieval_results(results_dir: Path) -> Iterator[tuple[Path, RetrievalEvalResult]]:
+    for path in sorted(results_dir.rglob("*.json")):
+        try:
+            yield path, RetrievalEvalResult.model_validate_json(path.read_text(encoding="utf-8"))
+        except (ValidationError, ValueError):
+            continue  # other result files share the folder
+
+
+def _under(base: Path, path: str | None) -> Path | None:
+    return None if path is None else base / path  # an absolute `path` stays as it is
+
+
+# ToC R@1 per book
+
+
+def toc_scores_by_book(data: Any, name: str) -> dict[str, dict[str, float]]:
+    """'experiment: method' -> scope -> R@1, from a ToC results file (benchmarks/stair.py's layout): any object
+    with `methods: {method: {scope: {metrics}}}`, where a scope is 'all' or a book. `name` labels a top-level one."""
+    scores: dict[str, dict[str, float]] = {}
+    for experiment, methods in _method_tables(data, name):
+        for method, scopes in methods.items():
+            by_scope = {
+                str(scope): float(cell["metrics"][TOC_METRIC])
+                for scope, cell in (scopes.items() if isinstance(scopes, dict) else [])
+                if isinstance(cell, dict) and TOC_METRIC in cell.get("metrics", {})
+            }
+            if by_scope:
+                scores[f"{experiment}: {method}"] = by_scope
+    return scores
+
+
+def toc_results(results_dir: Path) -> dict[str, dict[str, float]]:
+    """toc_scores_by_book over every ToC results file in the folder."""
+    scores: dict[str, dict[str, float]] = {}
+    for path in sorted(results_dir.glob(TOC_FILES)):
+        scores.update(toc_scores_by_book(json.loads(path.read_text(encoding="utf-8")), path.stem))
+    return scores
+
+
+def plot_toc_by_book(scores: dict[str, dict[str, float]], path: Path) -> Figure:
+    books = sorted({scope for by_scope in scores.values() for scope in by_scope if scope != ALL_SCOPE})
+    if not books:
+        return Figure(name="ToC R@1 by book", note=f"skipped: no per-book ToC {TOC_METRIC} in {TOC_FILES} yet")
+    shown = {label: by_scope for label, by_scope in scores.items() if set(by_scope) - {ALL_SCOPE}}
+    width = 0.8 / len(shown)
+    figure, axes = plt.subplots(figsize=(6.4 + 0.4 * len(shown), 4.2))
+    for index, (label, by_scope) in enumerate(shown.items()):
+        positions = [book_index + index * width for book_index in range(len(books))]
+        axes.bar(positions, [by_scope.get(book, 0.0) for book in books], width=width, label=label)
+    axes.set_xticks([i + 0.4 - width / 2 for i in range(len(books))], books)
+    axes.set(ylabel=f"ToC {TOC_METRIC}", ylim=(0, 1), title=f"ToC retrieval {TOC_METRIC} per book")
+    axes.legend(fontsize="x-small")
+    _save(figure, path)
+    return Figure(name="ToC R@1 by book", path=path, note=f"{len(shown)} methods over {len(books)} books")
+
+
+def _method_tables(data: Any, name: str) -> Iterator[tuple[str, dict[str, Any]]]:
+    if isinstance(data, dict):
+        if isinstance(data.get("methods"), dict):
+            yield name, data["methods"]
+            return
+        for key, value in data.items():
+            yield from _method_tables(value, str(key))
+
+
+# cost against quality
+
+
+def cost_points(results_dir: Path) -> list[CostPoint]:
+    points = []
+    for path in sorted(results_dir.glob("*.json")):
+        data = json.loads(path.read_text(encoding="utf-8"))
+        rows = data.get("methods") if isinstance(data, dict) else None
+        for row in rows if isinstance(rows, list) else []:
+            if isinstance(row, dict) and isinstance(row.get(QUALITY), int | float) and "method" in row:
+                points.append(
+                    CostPoint(
+                        label=f"{path.stem}: {row['method']}",
+                        quality=row[QUALITY],
+                        latency_ms=row.get(LATENCY),
+                        tokens_per_query=row.get(TOKENS),
+                    )
+                )
+    return points
+
+
+def plot_cost_quality(points: list[CostPoint], path: Path) -> Figure:
+    if not points:
+        return Figure(name="cost vs quality", note=f"skipped: no results JSON with `methods` rows carrying {QUALITY}")
+    with_tokens = [point for point in points if point.tokens_per_query is not None]
+    if with_tokens:
+        shown, cost, axis = with_tokens, [p.tokens_per_query for p in with_tokens], "LLM tokens per query"
+        note = f"{len(shown)} methods with LLM token counts"
+    else:
+        shown = [point for point in points if point.latency_ms is not None]
+        cost, axis = [p.latency_ms for p in shown], "p50 latency per query (ms)"
+        note = f"{len(shown)} methods; cost is p50 latency: no result carries LLM token counts yet"
+    figure, axes = plt.subplots(figsize=(6.4, 4.2))
+    axes.scatter(cost, [point.quality for point in shown])
+    for point, x in zip(shown, cost):
+        axes.annotate(point.label, (x, point.quality), textcoords="offset points", xytext=(4, 4), fontsize="small")
+    axes.margins(x=0.2)  # room for the labels
+    axes.set(xlabel=axis, ylabel=QUALITY, title=f"Cost vs {QUALITY}")
+    axes.grid(True, alpha=0.3)
+    _save(figure, path)
+    return Figure(name="cost vs quality", path=path, note=note)
+
+
+def _save(figure: plt.Figure, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
