@@ -76,6 +76,18 @@ class LLMClient:
             return parsed  # type: ignore[return-value]  # validated by `model`, which is T or the prompt's model
         raise LLMOutputError(prompt.name, generation.text, reason)
 
+    def complete_text(self, prompt: Prompt, *, trace: Trace | None = None, max_tokens: int | None = None) -> str:
+        """The model's free-text answer, with no output schema: what it writes when nothing constrains it."""
+        options = GenerationOptions(
+            max_tokens=max_tokens or self.settings.max_tokens,
+            temperature=self.settings.temperature,
+            seed=self.settings.seed,
+        )
+        started = time.perf_counter()
+        generation, hit = self._generate(prompt.system, prompt.user, None, options)
+        self._record(trace, prompt, "complete", generation, started, 0, hit, ok=True)
+        return generation.text
+
     def score(
         self, prompt: Prompt, continuations: Sequence[str], *, trace: Trace | None = None
     ) -> list[ContinuationScore]:
@@ -107,7 +119,7 @@ class LLMClient:
         self.close()
 
     def _generate(
-        self, system: str, user: str, schema: dict[str, Any], options: GenerationOptions
+        self, system: str, user: str, schema: dict[str, Any] | None, options: GenerationOptions
     ) -> tuple[Generation, bool]:
         key = self._key(kind="complete", system=system, user=user, schema=schema, options=options.model_dump())
         cached = self._cache.get(key) if self._cache is not None else None

@@ -188,6 +188,32 @@ class EmbeddedBackend:
                 )
         return Scoring(scores=scores, tokens_in=len(prompt) + sum(score.n_tokens for score in scores))
 
+    def tokenize_answer(self, text: str) -> list[int]:
+        """Token ids of `text` written as (part of) an answer: no BOS, special-token names kept as plain text."""
+        return self._llama.tokenize(text.encode(), add_bos=False, special=False)
+
+    @property
+    def end_of_answer_token(self) -> int:
+        return int(self._llama.token_eos())
+
+    def next_token_logprobs(self, system: str, user: str, answer: Sequence[int]) -> np.ndarray:
+        """Natural-log probabilities over the vocabulary of the answer's next token, after its first tokens `answer`.
+
+        The KV cache keeps the longest prefix shared with the previous call, so a search through allowed answers
+        (a trie of section labels) on one prompt, or prompts that share a long beginning (a document's table of
+        contents before different questions), evaluate only the tokens that differ.
+        """
+        formatted = self._formatter(messages=[{"role": "system", "content": system}, {"role": "user", "content": user}])
+        tokens = self._tokenize_prompt(formatted.prompt) + list(answer)
+        if len(tokens) >= self._llama.n_ctx():
+            raise ContextOverflowError(f"prompt of {len(tokens)} tokens does not fit n_ctx={self._llama.n_ctx()}")
+        with self._lock:
+            self._load_prompt(tokens)
+            logits = np.ctypeslib.as_array(self._llama._ctx.get_logits_ith(-1), shape=(self._vocab_size,))
+            row = logits.astype(np.float64)
+        peak = row.max()
+        return row - (peak + np.log(np.exp(row - peak).sum()))
+
     def forget_prompt_cache(self) -> None:
         """Drop the KV cache so the next call reads its whole prompt again (for speed measurements)."""
         with self._lock:

@@ -1,0 +1,455 @@
+"""STAIR table-of-contents retrieval on OpenStax ToC-QA (psychology-2e, introduction-sociology-3e).
+
+    python benchmarks/stair.py cpu [--parts full,zero-shot,small] [--llm-sample 100]
+    python benchmarks/stair.py prepare-gpu [--folder .stair_gpu]
+    python benchmarks/stair.py gpu --job .stair_gpu/job.json --model MODEL.gguf --out DIR [--budget-s 400]
+    python benchmarks/stair.py collect --runs DIR
+
+`cpu` measures what this machine can: BM25 and dense over leaf text on all 1,146 questions; the zero-shot LLM
+(embedded llama.cpp, trie-constrained and free) on a fixed sample of questions per book; and the whole STAIR recipe
+(synthetic questions, STAIR and DSI LoRA training with early stopping, evaluation) on a small book: three chapters
+of psychology-2e. `prepare-gpu` writes everything a lent GPU needs into an ignored folder (job, model split into
+parts under the 64 MiB transfer limit, wheels); `benchmarks/stair_gpu.sh` runs `gpu` there on whole books; `collect`
+scores the runs it sends back. Gold is a section (module); a predicted leaf matches when the gold path is a prefix of
+its path (strata.eval.toc). Results: benchmarks/results/stair-cpu.json, stair-gpu.json, per-query files in
+benchmarks/results/stair/ (the format `strata.eval.compare` reads), and a printed table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import platform
+import random
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+REPO = ROOT.parent
+sys.path.insert(0, str(REPO / "src"))  # the device machine runs from a bare copy of the tree
+
+DATA = REPO.parent / "shared" / "data" / "openstax-toc-qa"
+BOOKS = ("psychology-2e", "introduction-sociology-3e")
+RESULTS = ROOT / "results"
+PER_QUERY = RESULTS / "stair"
+GPU_FOLDER = REPO / ".stair_gpu"
+SEED = 20261130
+PERMUTATIONS = 10_000
+K = 3
+SMALL_BOOK = ("psychology-2e", ("Psychological Research", "Biopsychology", "States of Consciousness"))
+PART_BYTES = 45 * 1024 * 1024
+# Not in the device image (KINDS.md): strata's typed models and the GGUF reader transformers needs.
+GPU_WHEELS = (
+    "pydantic==2.14.4",
+    "pydantic-core==2.50.5",
+    "pydantic-settings==2.16.3",
+    "annotated-types==0.7.0",
+    "typing-inspection==0.4.5",
+    "python-dotenv==1.2.1",
+    "gguf==0.19.0",
+)
+CPU_SMALL_SETTINGS = {
+    "toc.batch_size": 4,
+    "toc.max_steps": 48,
+    "toc.eval_every_steps": 12,
+    "toc.patience": 2,
+    "toc.threads": 1,  # on 2 shared cores one torch thread was several times faster than two (contention)
+}
+GPU_SETTINGS = {"toc.batch_size": 8, "toc.max_epochs": 12, "toc.patience": 3}
+
+
+def log(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+# --- data
+
+
+def load_book(name: str):
+    from strata.config import Settings
+    from strata.documents.parsers import iter_papers
+    from strata.eval.toc import load_toc_queries
+
+    folder = DATA / name / "derived"
+    (paper,) = list(iter_papers(folder, Settings.load().parsing))
+    return paper, load_toc_queries(folder)
+
+
+def chapter_subset(paper, queries, chapters: tuple[str, ...]):
+    """The book cut to some chapters (a small book): its sections, chunks and questions; numbering restarts."""
+    sections = [section for section in paper.sections if section.title in chapters]
+    chunks = [chunk for chunk in paper.chunks if chunk.section_path[:1] and chunk.section_path[0] in chapters]
+    small = paper.model_copy(update={"sections": sections, "chunks": chunks})
+    return small, [query for query in queries if query.gold_path[0] in chapters]
+
+
+def llm_sample(queries, size: int):
+    """A fixed sample per book for the slow LLM methods on this CPU (seed SEED), in the file's order."""
+    if size >= len(queries):
+        return list(queries)
+    chosen = set(random.Random(SEED).sample(range(len(queries)), size))
+    return [query for index, query in enumerate(queries) if index in chosen]
+
+
+# --- scoring and files
+
+
+def score(method: str, scope: str, queries, rankings, tag: str):
+    from strata.eval.toc import score_rankings, summarise
+
+    result = summarise(method, scope, score_rankings(queries, rankings))
+    PER_QUERY.mkdir(parents=True, exist_ok=True)
+    path = PER_QUERY / f"{tag}-{scope}-{method}.json"
+    path.write_text(result.model_dump_json(indent=1))
+    log(f"{tag} {scope} {method}: " + ", ".join(f"{k} {v:.3f}" for k, v in result.metrics.items()))
+    return result, path
+
+
+def by_scope(method: str, queries, rankings, tag: str) -> dict:
+    """Metrics over all questions and per book; the per-query file of 'all' is what comparisons use."""
+    entry = {}
+    for scope in ("all", *sorted({q.book for q in queries})):
+        chosen = [i for i, q in enumerate(queries) if scope in ("all", q.book)]
+        result, path = score(method, scope, [queries[i] for i in chosen], [rankings[i] for i in chosen], tag)
+        entry[scope] = {
+            "queries": result.queries,
+            "metrics": result.metrics,
+            "latency_ms_mean": result.latency_ms_mean,
+            "latency_ms_p50": result.latency_ms_p50,
+            "per_query_file": str(path.relative_to(REPO)),
+        }
+    return entry
+
+
+def paired_tests(methods: dict, system: str, metric: str = "R@1") -> list[dict]:
+    """STAIR against the best other method on the same questions, and against DSI (the paper's test)."""
+    from strata.eval.compare import compare
+
+    others = {name: entry for name, entry in methods.items() if name != system and "all" in entry}
+    if system not in methods or not others:
+        return []
+    best = max(others, key=lambda name: (others[name]["all"]["metrics"][metric], name))
+    tests = []
+    for baseline in dict.fromkeys([best, "dsi"]):
+        if baseline not in others:
+            continue
+        result = compare(
+            REPO / others[baseline]["all"]["per_query_file"],
+            REPO / methods[system]["all"]["per_query_file"],
+            metric,
+            permutations=PERMUTATIONS,
+            seed=SEED,
+        )
+        tests.append(
+            {"baseline": baseline, "best_baseline": baseline == best, **result.model_dump(exclude={"per_query_delta"})}
+        )
+    return tests
+
+
+def table(title: str, methods: dict) -> str:
+    scopes = sorted({scope for entry in methods.values() for scope in entry if scope != "all"})
+    header = "| method | scope | n | R@1 | R@3 | nDCG@3 | halluc. | ms/query |\n|---|---|---|---|---|---|---|---|"
+    rows = []
+    for name, entry in methods.items():
+        for scope in ("all", *scopes):
+            if scope not in entry:
+                continue
+            cell = entry[scope]
+            m = cell["metrics"]
+            halluc = f"{m['hallucination']:.3f}" if "hallucination" in m else "0 (constrained)"
+            rows.append(
+                f"| {name} | {scope} | {cell['queries']} | {m['R@1']:.3f} | {m['R@3']:.3f} | {m['nDCG@3']:.3f} | "
+                f"{halluc} | {cell['latency_ms_mean']:.0f} |"
+            )
+    return f"### {title}\n\n{header}\n" + "\n".join(rows)
+
+
+def write_results(name: str, results: dict) -> None:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / name).write_text(json.dumps(results, indent=2))
+    log(f"wrote {RESULTS / name}")
+
+
+# --- cpu
+
+
+def run_cpu(args: argparse.Namespace) -> None:
+    from strata.config import Settings
+
+    parts = set(args.parts.split(","))
+    settings = Settings.load()
+    path = RESULTS / "stair-cpu.json"
+    results = json.loads(path.read_text()) if path.is_file() else {}
+    results.update(
+        {
+            "dataset": "openstax-toc-qa: psychology-2e, introduction-sociology-3e; test = all author-written questions",
+            "match": "a leaf matches when the gold (section) path is a prefix of its path; rankings are read at "
+            "the gold's depth, first occurrence counts (strata.eval.toc)",
+            "k": K,
+            "seed": SEED,
+            "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs (shared)",
+        }
+    )
+    books = {name: load_book(name) for name in BOOKS}
+    if "full" in parts:
+        results["full_books"] = full_book_baselines(books, settings)
+        write_results("stair-cpu.json", results)
+    if "zero-shot" in parts:
+        results["zero_shot_llm"] = zero_shot_llm(books, settings, args.llm_sample)
+        write_results("stair-cpu.json", results)
+    if "small" in parts:
+        results["small_book"] = small_book(books, settings)
+        write_results("stair-cpu.json", results)
+    for key in ("full_books", "zero_shot_llm", "small_book"):
+        if key in results:
+            print("\n" + table(results[key]["title"], results[key]["methods"]))
+
+
+def full_book_baselines(books: dict, settings) -> dict:
+    from strata.index.embedder import Embedder
+    from strata.toc.baselines import LeafBM25, LeafDense
+    from strata.toc.tree import document_toc
+
+    embedder = Embedder(settings.index.embedding)
+    queries, bm25_rankings, dense_rankings = [], [], []
+    build = {}
+    for name, (paper, book_queries) in books.items():
+        toc = document_toc(paper)
+        started = time.perf_counter()
+        bm25 = LeafBM25(toc)
+        built = time.perf_counter()
+        dense = LeafDense(toc, settings.index.embedding, embedder)
+        build[name] = {
+            "leaves": len(toc.leaves()),
+            "chunks": len(paper.chunks),
+            "bm25_build_s": built - started,
+            "dense_build_s": time.perf_counter() - built,
+        }
+        queries += book_queries
+        bm25_rankings += [bm25.rank(q.question, K) for q in book_queries]
+        dense_rankings += [dense.rank(q.question, K) for q in book_queries]
+    return {
+        "title": "Whole books, all questions (CPU)",
+        "build": build,
+        "methods": {
+            "bm25": by_scope("bm25", queries, bm25_rankings, "full"),
+            "dense": by_scope("dense", queries, dense_rankings, "full"),
+        },
+    }
+
+
+def zero_shot_llm(books: dict, settings, sample: int) -> dict:
+    from strata.llm import make_client
+    from strata.toc.retriever import TocRetriever, toc_llm_settings
+    from strata.toc.tree import document_toc
+
+    queries, constrained, free = [], [], []
+    first_query_s = {}
+    with make_client(toc_llm_settings(settings), cache=False) as client:
+        retriever = TocRetriever(client, settings.toc)
+        for name, (paper, book_queries) in books.items():
+            toc = document_toc(paper)
+            chosen = llm_sample(book_queries, sample)
+            started = time.perf_counter()
+            for number, query in enumerate(chosen):
+                constrained.append(retriever.rank(toc, query.question, K))
+                free.append(retriever.generate(toc, query.question))
+                if number == 0:
+                    first_query_s[name] = time.perf_counter() - started  # includes reading the ToC once
+                if number % 10 == 0:
+                    log(f"zero-shot {name}: {number + 1}/{len(chosen)}")
+            queries += chosen
+    return {
+        "title": f"Zero-shot LLM ({settings.llm.model}, llama.cpp), {sample} sampled questions per book (CPU)",
+        "model": settings.llm.model,
+        "sample": f"{sample} questions per book, random.Random({SEED}).sample, kept in file order",
+        "first_question_seconds": first_query_s,
+        "note": "the first question of a book reads its whole ToC into the KV cache; the rest reuse it",
+        "methods": {
+            "zero-shot-llm": by_scope("zero-shot-llm", queries, constrained, "sample"),
+            "zero-shot-llm-unconstrained": by_scope("zero-shot-llm-unconstrained", queries, free, "sample"),
+        },
+    }
+
+
+def small_book(books: dict, settings) -> dict:
+    from strata.config import Settings
+    from strata.llm import make_client
+    from strata.toc.baselines import LeafBM25, LeafDense
+    from strata.toc.experiment import BookJob, JobQuery, StairJob, run_job
+    from strata.toc.synthetic import QuestionCache, generate_questions
+    from strata.toc.tree import document_toc
+
+    name, chapters = SMALL_BOOK
+    paper, queries = chapter_subset(*books[name], chapters)
+    toc = document_toc(paper)
+    small_settings = Settings.load(overrides=CPU_SMALL_SETTINGS)
+    started = time.perf_counter()
+    with make_client(settings) as client:
+        cache = QuestionCache(settings.toc.question_cache, toc.paper_id, client.model)
+        questions = generate_questions(client, toc, toc.leaves(), settings.toc, cache)
+        question_model = client.model
+    question_seconds = time.perf_counter() - started
+    job = StairJob(
+        books=[BookJob(toc=toc, questions=questions, queries=[JobQuery(query_id=q.query_id, question=q.question)
+                                                              for q in queries])],
+        settings=small_settings.toc,
+        seed=SEED,
+        dev_limit=24,
+        inference_batch=1,
+    )
+    runs = run_job(job, small_settings.toc.train_model, settings.llm.model_dir, "cpu", None, log)
+    methods = {
+        "bm25": by_scope("bm25", queries, [LeafBM25(toc).rank(q.question, K) for q in queries], "small"),
+    }
+    dense = LeafDense(toc, settings.index.embedding)
+    methods["dense"] = by_scope("dense", queries, [dense.rank(q.question, K) for q in queries], "small")
+    for run in runs.runs:
+        methods[run.method] = by_scope(run.method, queries, [run.rankings[q.query_id] for q in queries], "small")
+    return {
+        "title": f"Small book: {name}, chapters {', '.join(chapters)} ({len(toc.leaves())} leaves), CPU",
+        "leaves": len(toc.leaves()),
+        "questions_test": len(queries),
+        "synthetic_questions": {
+            "model": question_model,
+            "leaves": len(questions),
+            "questions": sum(len(q) for q in questions.values()),
+            "seconds_this_run": question_seconds,
+            "note": "cached on disk; seconds_this_run is ~0 when the cache was already filled",
+        },
+        "train_model": small_settings.toc.train_model,
+        "settings": small_settings.toc.model_dump(mode="json"),
+        "model_load_seconds": runs.model_load_seconds,
+        "training": [report.model_dump() for report in runs.train],
+        "methods": methods,
+        "comparisons": paired_tests(methods, "stair"),
+    }
+
+
+# --- gpu
+
+
+def prepare_gpu(args: argparse.Namespace) -> None:
+    from strata.config import Settings
+    from strata.llm.packaged import resolve_model
+    from strata.toc.experiment import BookJob, JobQuery, StairJob
+    from strata.toc.synthetic import QuestionCache, cached_questions
+    from strata.toc.tree import document_toc
+
+    folder = Path(args.folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    settings = Settings.load(overrides=GPU_SETTINGS)
+    resolved = resolve_model(args.model or settings.toc.train_model, settings.llm.model_dir)
+    books = []
+    for name in BOOKS:
+        paper, queries = load_book(name)
+        toc = document_toc(paper)
+        cache = QuestionCache(settings.toc.question_cache, toc.paper_id, args.question_model)
+        questions = cached_questions(toc, toc.leaves(), settings.toc, cache) if args.question_model else {}
+        log(f"{name}: {len(toc.leaves())} leaves, {len(questions)} with cached questions, {len(queries)} questions")
+        books.append(
+            BookJob(toc=toc, questions=questions, queries=[JobQuery(query_id=q.query_id, question=q.question)
+                                                           for q in queries])
+        )
+    job = StairJob(books=books, settings=settings.toc, seed=SEED, dev_limit=300, inference_batch=16)
+    (folder / "job.json").write_text(job.model_dump_json())
+    split_model(resolved.path, folder)
+    wheels = folder / "wheels"
+    wheels.mkdir(exist_ok=True)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:", "--python-version",
+         "3.12", "--implementation", "cp", "--platform", "manylinux_2_17_x86_64", "--platform",
+         "manylinux2014_x86_64", "-d", str(wheels), *GPU_WHEELS],
+        check=True,
+    )
+    sizes = {p.name: p.stat().st_size for p in sorted(folder.rglob("*")) if p.is_file()}
+    log(f"prepared {folder}: " + ", ".join(f"{n} {s / 2**20:.1f} MiB" for n, s in sizes.items()))
+
+
+def split_model(path: Path, folder: Path) -> None:
+    """The GGUF in parts under the device's 64 MiB per-call transfer limit, with its sha256."""
+    for old in folder.glob("model.gguf.part-*"):
+        old.unlink()
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for index, block in enumerate(iter(lambda: handle.read(PART_BYTES), b"")):
+            digest.update(block)
+            (folder / f"model.gguf.part-{index:02d}").write_bytes(block)
+    (folder / "model.sha256").write_text(digest.hexdigest() + "\n")
+
+
+def run_gpu(args: argparse.Namespace) -> None:
+    from strata.toc.experiment import StairJob, StairRuns, run_job
+    from strata.toc.finetune import resolve_device
+
+    job = StairJob.model_validate_json(Path(args.job).read_text())
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    device = resolve_device("auto")
+    started = time.perf_counter()
+
+    def checkpoint(runs: StairRuns) -> None:  # partial results survive a run cut off at the call's time limit
+        (out / "runs.json").write_text(runs.model_dump_json())
+        log(f"{time.perf_counter() - started:.0f}s: wrote {out / 'runs.json'} ({len(runs.runs)} methods)")
+
+    runs = run_job(job, args.model, Path("/tmp"), device, Path("/tmp/stair_adapters"), log, args.budget_s, checkpoint)
+    if runs.errors:
+        log("failed stages: " + "; ".join(runs.errors))
+
+
+def collect(args: argparse.Namespace) -> None:
+    from strata.toc.experiment import StairRuns
+
+    runs = StairRuns.model_validate_json((Path(args.runs) / "runs.json").read_text())
+    queries = [query for name in BOOKS for query in load_book(name)[1]]
+    methods = {
+        run.method: by_scope(run.method, queries, [run.rankings[q.query_id] for q in queries], "gpu")
+        for run in runs.runs
+    }
+    results = {
+        "title": f"Whole books, all questions, {runs.model} on {runs.device}",
+        "model": runs.model,
+        "device": runs.device,
+        "model_load_seconds": runs.model_load_seconds,
+        "question_generation_seconds": runs.question_seconds,
+        "generated_questions": {
+            paper: sum(len(q) for q in leaves.values()) for paper, leaves in runs.generated_questions.items()
+        },
+        "training": [report.model_dump() for report in runs.train],
+        "methods": methods,
+        "comparisons": paired_tests(methods, "stair"),
+        "note": "latency is per question with batched GPU inference (batch wall time / questions)",
+    }
+    write_results("stair-gpu.json", results)
+    print("\n" + table(results["title"], methods))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True)
+    cpu = commands.add_parser("cpu")
+    cpu.add_argument("--parts", default="full,zero-shot,small")
+    cpu.add_argument("--llm-sample", type=int, default=100, help="questions per book for the zero-shot LLM")
+    prepare = commands.add_parser("prepare-gpu")
+    prepare.add_argument("--folder", default=str(GPU_FOLDER))
+    prepare.add_argument("--model", default=None, help="model to fine-tune there (default: toc.train_model)")
+    prepare.add_argument(
+        "--question-model", default="", help="identity of a model whose cached questions to ship (default: none)"
+    )
+    gpu = commands.add_parser("gpu")
+    gpu.add_argument("--job", required=True)
+    gpu.add_argument("--model", required=True, help="path of the GGUF model")
+    gpu.add_argument("--out", required=True)
+    gpu.add_argument("--budget-s", type=float, default=150.0, help="training seconds per adapter")
+    collected = commands.add_parser("collect")
+    collected.add_argument("--runs", required=True)
+    args = parser.parse_args()
+    {"cpu": run_cpu, "prepare-gpu": prepare_gpu, "gpu": run_gpu, "collect": collect}[args.command](args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,157 @@
+"""`strata toc DOCUMENT "question"`: the leaves that answer a question, with their path, text and locator.
+
+The document's STAIR adapter answers when one was trained (`{store.home}/toc/adapters/PAPER_ID/stair`), otherwise
+the configured LLM zero-shot; either way the answer is decoded through the trie of leaves, so it is a real leaf.
+Documents without an outline get an induced ToC first.
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import ExitStack
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+from strata.config import Settings
+from strata.documents.model import Locator, Paper
+from strata.llm import LLMClient, make_client
+from strata.store.sqlite import CorpusStore
+from strata.toc.induce import induce_toc, needs_induction
+from strata.toc.model import DocumentToc, LeafRanking, ScoredLeaf
+from strata.toc.retriever import TocRetriever, toc_llm_settings
+from strata.toc.tree import document_toc
+
+STAIR_ADAPTER = "stair"
+
+
+class TocHit(BaseModel):
+    rank: int = Field(ge=1)
+    number: str
+    label: str
+    path: tuple[str, ...]
+    score: float
+    locator: Locator | None = Field(description="Span from the leaf's first chunk to its last; None if it has none")
+    text: str = Field(description="The leaf's text, exactly paper.text over the locator's span")
+
+
+class TocAnswer(BaseModel):
+    paper_id: str
+    title: str
+    question: str
+    method: str = Field(description="'stair-adapter' or 'zero-shot'")
+    induced: bool = Field(description="The ToC was induced (the document has no outline of its own)")
+    hits: list[TocHit]
+    seconds: float
+
+
+def adapter_folder(settings: Settings, paper_id: str) -> Path:
+    return Path(settings.store.home) / "toc" / "adapters" / paper_id / STAIR_ADAPTER
+
+
+def run_toc_query(settings: Settings, document: str, question: str, k: int | None = None) -> TocAnswer:
+    """Top-k leaves of `document` (a paper id, or a title matched case-insensitively) for `question`."""
+    from strata.store import open_store
+
+    with open_store(settings) as store:
+        paper = store.get_paper(resolve_document(store, document))
+    k = k or settings.toc.top_k
+    folder = adapter_folder(settings, paper.id)
+    use_adapter = settings.toc.use_adapter and folder.is_dir()
+    with ExitStack() as stack:
+        # The LLM is loaded only when needed: to title an induced ToC, or to answer without an adapter.
+        client = (
+            stack.enter_context(make_client(toc_llm_settings(settings)))
+            if needs_induction(paper) or not use_adapter
+            else None
+        )
+        toc, induced = toc_for(paper, settings, client)
+        if use_adapter:
+            ranking, method = _adapter_ranking(settings, folder, toc, question, k), "stair-adapter"
+        else:
+            ranking, method = TocRetriever(client, settings.toc).rank(toc, question, k), "zero-shot"
+    hits = [_hit(paper, toc, rank, leaf) for rank, leaf in enumerate(ranking.leaves, start=1)]
+    return TocAnswer(
+        paper_id=paper.id,
+        title=paper.title,
+        question=question,
+        method=method,
+        induced=induced,
+        hits=hits,
+        seconds=ranking.seconds,
+    )
+
+
+def resolve_document(store: CorpusStore, document: str) -> str:
+    if store.has_paper(document):
+        return document
+    wanted = " ".join(document.casefold().split())
+    matches = [
+        summary.id
+        for summary in store.paper_summaries(store.paper_ids()).values()
+        if " ".join(summary.title.casefold().split()) == wanted
+    ]
+    if len(matches) != 1:
+        found = "no document" if not matches else f"{len(matches)} documents ({', '.join(sorted(matches))})"
+        raise KeyError(f"{found} with id or title {document!r} in the corpus")
+    return matches[0]
+
+
+def toc_for(paper: Paper, settings: Settings, client: LLMClient | None) -> tuple[DocumentToc, bool]:
+    """The paper's own ToC, or one induced (titled by `client`) when it has no outline; and whether it was induced."""
+    if not needs_induction(paper):
+        return document_toc(paper), False
+    return induce_toc(paper, settings, client), True
+
+
+def _adapter_ranking(settings: Settings, folder: Path, toc: DocumentToc, question: str, k: int) -> LeafRanking:
+    from strata.toc.finetune import (
+        PromptEncoder,
+        load_adapter,
+        load_base_model,
+        rank_prompts,
+        resolve_device,
+    )
+
+    started = time.perf_counter()
+    device = resolve_device(settings.toc.device)
+    model, tokenizer, identity = load_base_model(
+        settings.toc.train_model, settings.llm.model_dir, device, settings.toc.threads
+    )
+    tuned = load_adapter(model, folder, identity)
+    encoder = PromptEncoder(tokenizer, settings.toc)
+    prompt = encoder.prompt_ids(encoder.prompt("stair", toc, question))
+    (ranked,) = rank_prompts(tuned, encoder, [prompt], encoder.trie(toc), k, settings.toc.beam_width, 1)
+    leaves = [toc.entry(number).scored(score) for number, score in ranked]
+    return LeafRanking(query=question, method="stair-adapter", leaves=leaves, seconds=time.perf_counter() - started)
+
+
+def _hit(paper: Paper, toc: DocumentToc, rank: int, leaf: ScoredLeaf) -> TocHit:
+    chunks = toc.leaf_chunks.get(leaf.number, [])
+    locator = None
+    if chunks:
+        start, end = min(c.char_start for c in chunks), max(c.char_end for c in chunks)
+        locator = Locator(paper_id=paper.id, char_start=start, char_end=end, section_path=leaf.path)
+    return TocHit(
+        rank=rank,
+        number=leaf.number,
+        label=leaf.label,
+        path=leaf.path,
+        score=leaf.score,
+        locator=locator,
+        text=locator.resolve(paper.text) if locator else "",
+    )
+
+
+def format_toc_answer(answer: TocAnswer, max_chars: int = 600) -> str:
+    """Human-readable answer: each leaf with its path, score, locator and the start of its text."""
+    header = f"{answer.title or answer.paper_id} [{answer.paper_id}] - {answer.method}"
+    lines = [header + (" (induced ToC)" if answer.induced else ""), f"Q: {answer.question}"]
+    for hit in answer.hits:
+        lines.append(f"{hit.rank}. {hit.label}  (score {hit.score:.3f})")
+        lines.append(f"   path: {' > '.join(hit.path)}")
+        if hit.locator is not None:
+            lines.append(f"   locator: {hit.locator}")
+        snippet = hit.text if len(hit.text) <= max_chars else hit.text[:max_chars].rstrip() + " ..."
+        lines.extend(f"   {line}" for line in snippet.splitlines() if line.strip())
+    return "\n".join(lines)

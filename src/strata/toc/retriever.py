@@ -1,0 +1,140 @@
+"""STAIR-style retrieval with the configured LLM client: the ToC in the prompt, the answer a real leaf.
+
+With the embedded backend the answer is decoded through a trie of the choices' labels (a handful of model calls on
+a KV cache that keeps the ToC between questions). A backend without next-token log-probabilities (an HTTP server)
+scores every choice's label as a continuation instead. Unconstrained generation is kept to measure hallucination.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+from strata.config import LLMSettings, Settings, TocSettings
+from strata.llm import LLMClient, Prompt, prompt_registry
+from strata.toc.model import DocumentToc, LeafRanking, TocEntry
+from strata.toc.tree import LEAF_MARK, TocView, plan_views
+from strata.toc.trie import LabelTrie, best_first
+
+SELECT_PROMPT = "toc_select"
+GENERATION_TOKENS = 48
+
+
+def toc_llm_settings(settings: Settings) -> LLMSettings:
+    """The LLM settings with a context window large enough for ToC prompts."""
+    return settings.llm.model_copy(update={"n_ctx": max(settings.llm.n_ctx, settings.toc.context_tokens)})
+
+
+class TocRetriever:
+    """Ranks a document's leaves for a question; views (and tries) are computed once per document and scope."""
+
+    def __init__(self, client: LLMClient, settings: TocSettings) -> None:
+        self.client = client
+        self.settings = settings
+        self.registry = prompt_registry()
+        self._tokens = client.backend if hasattr(client.backend, "next_token_logprobs") else None
+        self._views: dict[tuple[str, str | None], list[TocView]] = {}
+        self._tries: dict[tuple[str, ...], LabelTrie] = {}
+
+    def rank(self, toc: DocumentToc, query: str, k: int | None = None) -> LeafRanking:
+        """Top-k leaves by constrained log-probability."""
+        started = time.perf_counter()
+        ranked = self._rank_scope(toc, query, None, k or self.settings.top_k)
+        return LeafRanking(
+            query=query,
+            method="llm-constrained",
+            leaves=[entry.scored(score) for entry, score in ranked],
+            seconds=time.perf_counter() - started,
+        )
+
+    def generate(self, toc: DocumentToc, query: str) -> LeafRanking:
+        """Free generation on the first view; a leaf only if the text names one (else counted as hallucination)."""
+        started = time.perf_counter()
+        prompt = self.prompt(toc, self.views(toc, None)[0], query)
+        text = self.client.complete_text(prompt, max_tokens=GENERATION_TOKENS)
+        leaf = match_generation(toc, text)
+        return LeafRanking(
+            query=query,
+            method="llm-unconstrained",
+            leaves=[leaf.scored(0.0)] if leaf else [],
+            raw_output=text,
+            hallucinated=leaf is None,
+            seconds=time.perf_counter() - started,
+        )
+
+    def prompt(self, toc: DocumentToc, view: TocView, query: str) -> Prompt:
+        return self.registry.render(SELECT_PROMPT, book=toc.title or toc.paper_id, toc=view.text, query=query)
+
+    def views(self, toc: DocumentToc, scope: TocEntry | None) -> list[TocView]:
+        key = (toc.paper_id, scope.number if scope else None)
+        if key not in self._views:
+            budget = self.settings.context_tokens - self.settings.answer_reserve_tokens
+            self._views[key] = plan_views(toc, scope, budget, self._count_tokens)
+        return self._views[key]
+
+    def _rank_scope(
+        self, toc: DocumentToc, query: str, scope: TocEntry | None, k: int
+    ) -> list[tuple[TocEntry, float]]:
+        candidates: list[tuple[TocEntry, float]] = []
+        for view in self.views(toc, scope):
+            candidates.extend(self._decode(self.prompt(toc, view, query), view.choices, k))
+        candidates.sort(key=lambda item: -item[1])  # stable: reading order breaks ties
+        results: list[tuple[TocEntry, float]] = []
+        opened = 0
+        for entry, score in candidates[:k]:
+            if entry.is_leaf:
+                results.append((entry, score))
+            elif opened < self.settings.expand_collapsed:
+                opened += 1
+                results.extend((leaf, score + inner) for leaf, inner in self._rank_scope(toc, query, entry, k))
+        results.sort(key=lambda item: -item[1])
+        return results[:k]
+
+    def _decode(self, prompt: Prompt, choices: Sequence[TocEntry], k: int) -> list[tuple[TocEntry, float]]:
+        by_number = {entry.number: entry for entry in choices}
+        if self._tokens is None:
+            scores = self.client.score(prompt, [entry.label for entry in choices])
+            ranked = sorted(zip(choices, (s.logprob for s in scores)), key=lambda item: -item[1])
+            return ranked[:k]
+        backend = self._tokens
+        trie = self._trie(choices)
+        found = best_first(
+            trie,
+            lambda answer: backend.next_token_logprobs(prompt.system, prompt.user, answer),
+            k,
+            self.settings.beam_width,
+            self.settings.max_expansions,
+        )
+        return [(by_number[number], score) for number, score in found]
+
+    def _trie(self, choices: Sequence[TocEntry]) -> LabelTrie:
+        key = tuple(entry.number for entry in choices)
+        if key not in self._tries:
+            backend = self._tokens
+            self._tries[key] = LabelTrie(
+                {entry.number: backend.tokenize_answer(entry.label) for entry in choices},
+                backend.end_of_answer_token,
+            )
+        return self._tries[key]
+
+    def _count_tokens(self, text: str) -> int:
+        if self._tokens is not None:
+            return len(self._tokens.tokenize_answer(text))
+        return len(text) // 3 + 1  # no tokenizer over HTTP: a conservative estimate for English text
+
+
+def match_generation(toc: DocumentToc, text: str) -> TocEntry | None:
+    """The leaf a free-text answer names: its first line equals a leaf's label or number (case and spacing aside),
+    or exactly one leaf's title. Anything else, inner entries included, names no leaf (STAIR's hallucination)."""
+    line = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    line = _normalise(line.removeprefix(LEAF_MARK + " ").removeprefix(LEAF_MARK.capitalize() + " "))
+    leaves = toc.leaves()
+    for leaf in leaves:
+        if line in (_normalise(leaf.label), leaf.number):
+            return leaf
+    titled = [leaf for leaf in leaves if _normalise(leaf.title) == line]
+    return titled[0] if len(titled) == 1 else None
+
+
+def _normalise(text: str) -> str:
+    return " ".join(text.casefold().split()).rstrip(".")

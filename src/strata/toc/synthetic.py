@@ -1,0 +1,145 @@
+"""Synthetic training questions (the STAIR recipe): an LLM writes questions from each leaf's text.
+
+Questions are cached on disk per document and generating model, keyed by the leaf's path and a hash of the prompt,
+so a run only asks about leaves it has not seen (also when the ToC is renumbered, e.g. for a chapter subset). The
+train/dev split is made per leaf and is deterministic: a leaf's questions are ordered by a seeded hash and the first
+share goes to dev. Real test questions are never used here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from strata.config import TocSettings
+from strata.llm import LLMClient, Prompt, PromptRegistry, prompt_registry
+from strata.llm.structured import StructuredOutputError, parse_structured
+from strata.toc.model import DocumentToc, SyntheticQuestions, TocEntry, TrainingQuestion
+
+QUESTIONS_PROMPT = "toc_questions"
+_QUOTED_QUESTION = re.compile(r'"([^"\n]{8,}\?)"')
+
+
+class CachedQuestions(BaseModel):
+    path: tuple[str, ...]
+    prompt_sha: str
+    questions: list[str]
+
+
+def leaf_passage(toc: DocumentToc, leaf: TocEntry, words: int) -> str:
+    """The first `words` words of the leaf's text (the title alone when it has none)."""
+    tokens = toc.leaf_text(leaf.number).split()
+    return " ".join(tokens[:words]) or leaf.title
+
+
+def question_prompt(
+    toc: DocumentToc, leaf: TocEntry, settings: TocSettings, registry: PromptRegistry | None = None
+) -> Prompt:
+    return (registry or prompt_registry()).render(
+        QUESTIONS_PROMPT,
+        book=toc.title or toc.paper_id,
+        section=" > ".join(leaf.path),
+        count=str(settings.questions_per_leaf),
+        passage=leaf_passage(toc, leaf, settings.passage_words),
+    )
+
+
+def parse_questions(text: str) -> list[str]:
+    """Questions from a model's answer: the JSON object when it parses, else every quoted string ending in '?'.
+
+    The second path rescues the malformed JSON of small models generating without a grammar (transformers).
+    """
+    try:
+        return parse_structured(text, SyntheticQuestions).questions
+    except StructuredOutputError:
+        return _QUOTED_QUESTION.findall(text)
+
+
+class QuestionCache:
+    """JSONL of generated questions for one document and one generating model."""
+
+    def __init__(self, folder: Path, paper_id: str, model: str) -> None:
+        slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", model)[-80:]
+        self.path = folder.expanduser() / f"{paper_id}--{slug}.jsonl"
+
+    def load(self) -> dict[tuple[str, ...], CachedQuestions]:
+        if not self.path.is_file():
+            return {}
+        entries: dict[tuple[str, ...], CachedQuestions] = {}
+        for number, line in enumerate(self.path.read_text(encoding="utf-8").splitlines(), start=1):
+            try:
+                entry = CachedQuestions.model_validate_json(line)
+            except ValueError as error:
+                raise ValueError(f"{self.path}:{number}: not a cached question record: {error}") from error
+            entries[entry.path] = entry
+        return entries
+
+    def add(self, entries: Iterable[CachedQuestions]) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self.path.open("a", encoding="utf-8") as handle:
+            for entry in entries:
+                handle.write(entry.model_dump_json() + "\n")
+
+
+def prompt_sha(prompt: Prompt) -> str:
+    return hashlib.sha256(prompt.user.encode()).hexdigest()[:16]
+
+
+def cached_questions(
+    toc: DocumentToc, leaves: Iterable[TocEntry], settings: TocSettings, cache: QuestionCache
+) -> dict[str, list[str]]:
+    """Questions already cached for these leaves (for the passage they would be shown now)."""
+    stored = cache.load()
+    found: dict[str, list[str]] = {}
+    for leaf in leaves:
+        entry = stored.get(leaf.path)
+        if entry is not None and entry.prompt_sha == prompt_sha(question_prompt(toc, leaf, settings)):
+            found[leaf.number] = entry.questions
+    return found
+
+
+def generate_questions(
+    client: LLMClient, toc: DocumentToc, leaves: Iterable[TocEntry], settings: TocSettings, cache: QuestionCache
+) -> dict[str, list[str]]:
+    """Questions for each leaf, from the cache or asked of `client` (each answer cached as it arrives)."""
+    leaves = list(leaves)
+    found = cached_questions(toc, leaves, settings, cache)
+    for leaf in leaves:
+        if leaf.number in found:
+            continue
+        prompt = question_prompt(toc, leaf, settings)
+        answer = client.complete(prompt, SyntheticQuestions)
+        found[leaf.number] = clean_questions(answer.questions)
+        cache.add([CachedQuestions(path=leaf.path, prompt_sha=prompt_sha(prompt), questions=found[leaf.number])])
+    return found
+
+
+def clean_questions(questions: Iterable[str]) -> list[str]:
+    """Stripped, non-empty, first occurrence of each (case-insensitive)."""
+    seen: set[str] = set()
+    kept: list[str] = []
+    for question in questions:
+        text = " ".join(question.split())
+        if text and text.casefold() not in seen:
+            seen.add(text.casefold())
+            kept.append(text)
+    return kept
+
+
+def split_questions(questions: Mapping[str, list[str]], dev_fraction: float, seed: int) -> list[TrainingQuestion]:
+    """Per leaf: questions ordered by a seeded hash, the first round(share * n) to dev (at least one when a leaf has
+    two or more questions and the share is positive), the rest to train."""
+    split: list[TrainingQuestion] = []
+    for leaf in sorted(questions):
+        ordered = sorted(questions[leaf], key=lambda q: hashlib.sha256(f"{seed}\x00{leaf}\x00{q}".encode()).digest())
+        dev = round(dev_fraction * len(ordered))
+        if dev_fraction > 0 and len(ordered) >= 2:
+            dev = min(max(dev, 1), len(ordered) - 1)
+        split.extend(
+            TrainingQuestion(leaf=leaf, question=q, split="dev" if i < dev else "train") for i, q in enumerate(ordered)
+        )
+    return split

@@ -1,0 +1,153 @@
+"""A document's section tree as a numbered ToC, and the ToC as STAIR prompt text, fitted into a context budget.
+
+Entries are numbered by position, so numbers are unique even where printed numbers are missing or repeat. A leaf
+owns the chunks whose section path lies under it; text that an inner section holds before its first subsection
+(its lead-in) goes to that section's first leaf, which it precedes in reading order.
+
+A ToC too long for the context is shown level by level: the deepest listing that fits is rendered with the inner
+entries at its last level collapsed (selectable, marked with how many entries they hide); choosing one opens its
+subtree in a second prompt. A listing that does not fit even at the top level is cut into consecutive windows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from strata.documents.model import Chunk, Paper, Section
+from strata.toc.model import DocumentToc, TocEntry
+
+TokenCounter = Callable[[str], int]
+LEAF_MARK = "leaf"
+
+
+def document_toc(paper: Paper) -> DocumentToc:
+    """The numbered ToC of an ingested paper; a paper without sections gets one leaf holding all its text."""
+    sections = paper.sections or [Section(title=paper.title or paper.id, level=1, path=(paper.title or paper.id,))]
+    entries = list(_numbered(sections, prefix=""))
+    return DocumentToc(
+        paper_id=paper.id,
+        title=paper.title,
+        entries=entries,
+        leaf_chunks=_leaf_chunks(entries, paper.chunks, whole_text_path=None if paper.sections else entries[0].path),
+    )
+
+
+def _numbered(sections: Sequence[Section], prefix: str) -> list[TocEntry]:
+    entries: list[TocEntry] = []
+    for position, section in enumerate(sections, start=1):
+        number = f"{prefix}{position}"
+        entries.append(TocEntry(number=number, title=section.title, path=section.path, is_leaf=section.is_leaf))
+        entries.extend(_numbered(section.children, prefix=f"{number}."))
+    return entries
+
+
+def _leaf_chunks(
+    entries: list[TocEntry], chunks: Sequence[Chunk], whole_text_path: tuple[str, ...] | None
+) -> dict[str, list[Chunk]]:
+    parts: dict[str, list[Chunk]] = {entry.number: [] for entry in entries if entry.is_leaf}
+    for chunk in sorted(chunks, key=lambda c: c.ordinal):
+        owner = owning_leaf(entries, whole_text_path or chunk.section_path)
+        if owner is not None:
+            parts[owner.number].append(chunk)
+    return parts
+
+
+def owning_leaf(entries: Sequence[TocEntry], section_path: tuple[str, ...]) -> TocEntry | None:
+    """The leaf that owns text at `section_path`: the deepest entry whose path prefixes it, or its first leaf."""
+    best: TocEntry | None = None
+    for entry in entries:
+        if entry.path == section_path[: len(entry.path)] and (best is None or len(entry.path) > len(best.path)):
+            best = entry
+    if best is None:
+        best = next((entry for entry in entries if entry.depth == 1), None)
+    if best is None or best.is_leaf:
+        return best
+    return next((entry for entry in entries if entry.is_leaf and entry.is_under(best)), None)
+
+
+class TocView(BaseModel):
+    """One prompt's worth of ToC: the lines shown and the entries that may be answered."""
+
+    model_config = ConfigDict(frozen=True)
+
+    text: str
+    choices: list[TocEntry] = Field(description="Leaves and collapsed inner entries, in reading order")
+
+
+def render_line(entry: TocEntry, hidden: int = 0) -> str:
+    """'leaf 2.3.1 Title' for a choice, '2.3 Title' for an open inner entry; a collapsed one shows what it hides."""
+    if entry.is_leaf:
+        return f"{LEAF_MARK} {entry.label}"
+    if hidden:
+        return f"{LEAF_MARK} {entry.label} [+{hidden} entries]"
+    return entry.label
+
+
+def plan_views(
+    toc: DocumentToc, scope: TocEntry | None, budget_tokens: int, count_tokens: TokenCounter
+) -> list[TocView]:
+    """Views of the entries under `scope` (the whole ToC when None) that each fit `budget_tokens`.
+
+    The deepest level that fits is shown in one view; if even the first level below `scope` does not fit, that
+    level is cut into consecutive windows. Never fails: a single line longer than the budget gets a view alone.
+    A view's size is the sum of its lines' token counts, each line counted with its newline.
+    """
+    members = [entry for entry in toc.entries if scope is None or (entry.is_under(scope) and entry != scope)]
+    base = scope.depth if scope else 0
+    context = [render_line(entry) for entry in toc.entries if scope is not None and scope.is_under(entry)]
+    hidden = _descendant_counts(members)
+    line_tokens: dict[str, int] = {}
+
+    def cost(lines: Sequence[str]) -> int:
+        for line in lines:
+            if line not in line_tokens:
+                line_tokens[line] = count_tokens(line + "\n")
+        return sum(line_tokens[line] for line in lines)
+
+    budget = budget_tokens - cost(context)
+    for depth in range(max((entry.depth for entry in members), default=base + 1), base, -1):
+        shown = [entry for entry in members if entry.depth <= depth]
+        lines = _lines(shown, depth, hidden)
+        if cost(lines) <= budget:
+            return [_view(context, shown, lines, depth)]
+    top = [entry for entry in members if entry.depth == base + 1]
+    views: list[TocView] = []
+    start, used = 0, 0
+    top_lines = _lines(top, base + 1, hidden)
+    for index, line in enumerate(top_lines):
+        size = cost([line])
+        if index > start and used + size > budget:
+            views.append(_view(context, top[start:index], top_lines[start:index], base + 1))
+            start, used = index, 0
+        used += size
+    if top:
+        views.append(_view(context, top[start:], top_lines[start:], base + 1))
+    return views
+
+
+def _descendant_counts(entries: Sequence[TocEntry]) -> dict[str, int]:
+    counts = {entry.number: 0 for entry in entries}
+    for entry in entries:
+        parts = entry.number.split(".")
+        for cut in range(1, len(parts)):
+            ancestor = ".".join(parts[:cut])
+            if ancestor in counts:
+                counts[ancestor] += 1
+    return counts
+
+
+def _lines(shown: Sequence[TocEntry], depth: int, hidden: dict[str, int]) -> list[str]:
+    return [render_line(entry, hidden[entry.number] if entry.depth == depth else 0) for entry in shown]
+
+
+def _view(context: list[str], shown: Sequence[TocEntry], lines: list[str], depth: int) -> TocView:
+    """Leaves and the inner entries at the view's last level (collapsed) are the choices."""
+    choices = [entry for entry in shown if entry.is_leaf or entry.depth == depth]
+    return TocView(text="\n".join([*context, *lines]), choices=choices)
+
+
+def render_toc(toc: DocumentToc) -> str:
+    """The whole ToC, every level open (what STAIR is trained on when it fits)."""
+    return "\n".join(render_line(entry) for entry in toc.entries)

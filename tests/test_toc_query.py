@@ -1,0 +1,79 @@
+"""`run_toc_query` end to end on an ingested corpus with the tiny SmolLM2 model: leaves with path, text, locator."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from strata.config import Settings
+from strata.ingest import ingest, open_store
+from strata.toc.query import format_toc_answer, resolve_document, run_toc_query
+
+CHAPTERS = {
+    "Sleep": {"Stages of Sleep": "REM sleep is when most dreaming happens.", "Insomnia": "Insomnia is poor sleep."},
+    "Memory": {"Encoding": "Encoding turns perception into memory.", "Forgetting": "Forgetting grows with time."},
+}
+
+
+def write_book(folder: Path) -> Path:
+    """A tiny OpenStax-style book folder: toc.json and sections.jsonl."""
+    folder.mkdir()
+    toc = {"type": "book", "title": "Tiny Psychology", "children": []}
+    lines = []
+    for c, (chapter, modules) in enumerate(CHAPTERS.items()):
+        node = {"type": "chapter", "title": chapter, "children": []}
+        for m, (title, text) in enumerate(modules.items()):
+            module_id = f"m{c}{m}"
+            node["children"].append({"type": "section", "title": title, "module_id": module_id})
+            lines.append({"module_id": module_id, "book": "tiny-psychology", "title": title, "text": text})
+        toc["children"].append(node)
+    (folder / "toc.json").write_text(json.dumps(toc))
+    (folder / "sections.jsonl").write_text("\n".join(json.dumps(line) for line in lines))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def settings(tmp_path_factory) -> Settings:
+    home = tmp_path_factory.mktemp("home")
+    settings = Settings.load(
+        overrides={
+            "store.home": str(home),
+            "index.dense": False,
+            "llm.model": "packaged:smollm2-135m",
+            "llm.cache": False,
+            "toc.context_tokens": 2048,
+            "toc.induced_leaves": 2,
+            "index.embedding.threads": 1,
+        }
+    )
+    corpus = home / "abstracts.jsonl"
+    corpus.write_text(json.dumps({"_id": "flat-doc", "title": "A Flat Note", "text": "Tides follow the moon. " * 30}))
+    report = ingest([write_book(home / "book"), corpus], settings)
+    assert not report.errors
+    return settings
+
+
+def test_the_answer_is_a_real_leaf_with_its_path_locator_and_exact_text(settings):
+    answer = run_toc_query(settings, "Tiny Psychology", "Why do we forget things?", k=2)
+    assert answer.paper_id == "tiny-psychology" and answer.method == "zero-shot" and not answer.induced
+    assert len(answer.hits) == 2 and [hit.rank for hit in answer.hits] == [1, 2]
+    texts = {text for modules in CHAPTERS.values() for text in modules.values()}
+    with open_store(settings) as store:
+        paper_text = store.paper_text(answer.paper_id)
+    for hit in answer.hits:
+        assert hit.text in texts and len(hit.path) == 2
+        assert paper_text[hit.locator.char_start : hit.locator.char_end] == hit.text
+    printed = format_toc_answer(answer)
+    assert answer.hits[0].label in printed and "locator: tiny-psychology#" in printed
+
+
+def test_a_document_without_an_outline_is_answered_from_an_induced_toc(settings):
+    answer = run_toc_query(settings, "flat-doc", "What do tides follow?", k=1)
+    assert answer.induced and len(answer.hits) == 1 and "Tides follow the moon." in answer.hits[0].text
+
+
+def test_an_unknown_document_is_a_clear_error(settings):
+    with open_store(settings) as store, pytest.raises(KeyError, match="no document with id or title 'Nope'"):
+        resolve_document(store, "Nope")

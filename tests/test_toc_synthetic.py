@@ -1,0 +1,71 @@
+"""Synthetic training questions: deterministic per-leaf train/dev split, lenient parsing, on-disk cache."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from strata.config import TocSettings
+from strata.documents.builder import PaperBuilder
+from strata.toc.model import SyntheticQuestions
+from strata.toc.synthetic import (
+    QuestionCache,
+    cached_questions,
+    clean_questions,
+    generate_questions,
+    parse_questions,
+    split_questions,
+)
+from strata.toc.tree import document_toc
+
+QUESTIONS = {f"{leaf}": [f"Question {q} about leaf {leaf}?" for q in range(n)] for leaf, n in [(1, 5), (2, 1), (3, 4)]}
+
+
+def test_split_is_per_leaf_deterministic_and_holds_out_the_configured_share():
+    first = split_questions(QUESTIONS, dev_fraction=0.25, seed=7)
+    again = split_questions({leaf: list(reversed(qs)) for leaf, qs in reversed(QUESTIONS.items())}, 0.25, 7)
+    assert first == again  # input order does not matter
+    dev = {leaf: sum(1 for q in first if q.leaf == leaf and q.split == "dev") for leaf in QUESTIONS}
+    assert dev == {"1": 1, "2": 0, "3": 1}  # a leaf with one question keeps it for training
+    assert sorted(q.question for q in first) == sorted(q for qs in QUESTIONS.values() for q in qs)
+    other_seed = split_questions(QUESTIONS, 0.25, 8)
+    assert {q.question for q in other_seed if q.split == "dev"} != {q.question for q in first if q.split == "dev"}
+
+
+def test_questions_parse_from_json_or_from_quoted_questions_in_broken_json():
+    assert parse_questions('{"questions": ["What is X?", "Why Y?"]}') == ["What is X?", "Why Y?"]
+    assert parse_questions('{"questions": ["What causes sleep apnea?", "How is it treated?"') == [
+        "What causes sleep apnea?",
+        "How is it treated?",
+    ]
+    assert parse_questions("no questions here") == []
+    assert clean_questions([" What  is X? ", "what is x?", "", "Why?"]) == ["What is X?", "Why?"]
+
+
+class FakeClient:
+    """Answers every question prompt, counting the calls."""
+
+    model = "fake"
+
+    def __init__(self) -> None:
+        self.prompts: list[str] = []
+
+    def complete(self, prompt, schema):
+        self.prompts.append(prompt.user)
+        return SyntheticQuestions(questions=[f"Q{len(self.prompts)} one?", f"Q{len(self.prompts)} two?"])
+
+
+def test_generation_asks_once_per_leaf_and_then_answers_from_the_cache(tmp_path: Path):
+    builder = PaperBuilder("book", "test")
+    for title in ("Alpha", "Beta"):
+        builder.open_section(title, 1)
+        builder.add_block(f"{title} text " * 50)
+    toc = document_toc(builder.build(title="Book"))
+    settings = TocSettings(passage_words=40, questions_per_leaf=2)
+    cache = QuestionCache(tmp_path, toc.paper_id, "fake")
+    client = FakeClient()
+    first = generate_questions(client, toc, toc.leaves(), settings, cache)
+    assert len(client.prompts) == 2 and "Write 2 questions." in client.prompts[0]
+    assert len(client.prompts[0].split("Passage:\n")[1].split()) == 40
+    assert generate_questions(client, toc, toc.leaves(), settings, cache) == first and len(client.prompts) == 2
+    # A different prompt (more words of the passage) is a cache miss.
+    assert cached_questions(toc, toc.leaves(), settings.model_copy(update={"passage_words": 60}), cache) == {}
