@@ -197,6 +197,17 @@ def cmd_eval_compare(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def cmd_toc(args: argparse.Namespace, settings: Settings) -> int:
+    from strata.toc.query import format_toc_answer, run_toc_query
+
+    answer = run_toc_query(settings, args.document, args.question, k=args.k)
+    if args.json:
+        _print_json(answer)
+    else:
+        print(format_toc_answer(answer))
+    return 0
+
+
 def cmd_llm_check(args: argparse.Namespace, settings: Settings) -> int:
     from strata.llm.check import format_check, run_check
 
@@ -238,6 +249,11 @@ def build_parser() -> argparse.ArgumentParser:
     show_cmd.add_argument("locator", help="PAPER_ID#START-END as printed by search")
 
     command("stats", cmd_stats, "corpus counts")
+
+    toc_cmd = command("toc", cmd_toc, "the leaf section of a document's ToC that answers a question")
+    toc_cmd.add_argument("document", help="id of an ingested paper or book")
+    toc_cmd.add_argument("question")
+    toc_cmd.add_argument("--k", type=int, help="leaves to return (default: toc settings)")
 
     eval_cmd = commands.add_parser("eval", help="evaluation").add_subparsers(dest="eval_command", required=True)
     retrieval = command("retrieval", cmd_eval_retrieval, "BEIR-format retrieval evaluation", eval_cmd)
