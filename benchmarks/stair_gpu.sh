@@ -2,10 +2,10 @@
 # STAIR on a lent GPU (the device tool's machine): whole books, all test questions. Prepared here by
 #   python benchmarks/stair.py prepare-gpu        # writes .stair_gpu/: job.json, model.gguf.part-NN, model.sha256, wheels/
 # The model is larger than one call may carry (64 MiB), so its parts travel in two calls on one warm machine
-# (it stays warm 30 s after a call), each carrying `.stair_gpu/job.json`, `.stair_gpu/model.sha256`,
-# `.stair_gpu/wheels` and some parts:
-#   call 1: bash benchmarks/stair_gpu.sh stage   carry: .stair_gpu/model.gguf.part-00 (+ the three above)
-#   call 2: bash benchmarks/stair_gpu.sh run     carry: .stair_gpu/model.gguf.part-01 (+ the three above)
+# (it stays warm 30 s after a call; make the second call at once):
+#   call 1: bash benchmarks/stair_gpu.sh stage   carry: [".stair_gpu/model.gguf.part-00"]
+#   call 2: bash benchmarks/stair_gpu.sh run     carry: [".stair_gpu/model.gguf.part-01", ".stair_gpu/job.json",
+#                                                         ".stair_gpu/model.sha256", ".stair_gpu/wheels"]
 # `stage` moves the carried parts to /tmp/stair_parts; `run` adds this call's parts, checks the assembled model's
 # sha256, installs the wheels the image lacks and runs `benchmarks/stair.py gpu`, writing $OUT/runs.json (bring it
 # back and run `python benchmarks/stair.py collect --runs DIR` here). Nothing is downloaded on the machine.
@@ -32,5 +32,5 @@ export PYTHONPATH=/tmp/site:src PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 OUT="${OUT:-/tmp/stair_out}"
 mkdir -p "$OUT"
-python3 benchmarks/stair.py gpu --job "$GPU/job.json" --model "$MODEL" --out "$OUT" --budget-s "${BUDGET_S:-150}" \
+python3 benchmarks/stair.py gpu --job "$GPU/job.json" --model "$MODEL" --out "$OUT" --budget-s "${BUDGET_S:-90}" \
   2>&1 | tee "$OUT/gpu.log"
