@@ -296,8 +296,13 @@ def small_book(books: dict, settings) -> dict:
         question_model = client.model
     question_seconds = time.perf_counter() - started
     job = StairJob(
-        books=[BookJob(toc=toc, questions=questions, queries=[JobQuery(query_id=q.query_id, question=q.question)
-                                                              for q in queries])],
+        books=[
+            BookJob(
+                toc=toc,
+                questions=questions,
+                queries=[JobQuery(query_id=q.query_id, question=q.question) for q in queries],
+            )
+        ],
         settings=small_settings.toc,
         seed=SEED,
         dev_limit=24,
@@ -353,8 +358,11 @@ def prepare_gpu(args: argparse.Namespace) -> None:
         questions = cached_questions(toc, toc.leaves(), settings.toc, cache) if args.question_model else {}
         log(f"{name}: {len(toc.leaves())} leaves, {len(questions)} with cached questions, {len(queries)} questions")
         books.append(
-            BookJob(toc=toc, questions=questions, queries=[JobQuery(query_id=q.query_id, question=q.question)
-                                                           for q in queries])
+            BookJob(
+                toc=toc,
+                questions=questions,
+                queries=[JobQuery(query_id=q.query_id, question=q.question) for q in queries],
+            )
         )
     job = StairJob(books=books, settings=settings.toc, seed=SEED, dev_limit=150, inference_batch=32)
     (folder / "job.json").write_text(job.model_dump_json())
@@ -362,9 +370,26 @@ def prepare_gpu(args: argparse.Namespace) -> None:
     wheels = folder / "wheels"
     wheels.mkdir(exist_ok=True)
     subprocess.run(
-        [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:", "--python-version",
-         "3.12", "--implementation", "cp", "--platform", "manylinux_2_17_x86_64", "--platform",
-         "manylinux2014_x86_64", "-d", str(wheels), *GPU_WHEELS],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--quiet",
+            "--no-deps",
+            "--only-binary=:all:",
+            "--python-version",
+            "3.12",
+            "--implementation",
+            "cp",
+            "--platform",
+            "manylinux_2_17_x86_64",
+            "--platform",
+            "manylinux2014_x86_64",
+            "-d",
+            str(wheels),
+            *GPU_WHEELS,
+        ],
         check=True,
     )
     sizes = {p.name: p.stat().st_size for p in sorted(folder.rglob("*")) if p.is_file()}

@@ -33,6 +33,8 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(previous)
+
+
 LABELS = {"1": [10, 11, 12], "2": [10, 13], "3": [14, 15, 16, 17]}
 
 

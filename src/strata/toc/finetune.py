@@ -205,17 +205,21 @@ def rank_prompts(
     by_tokens = {tokens[:-1]: key for key, tokens in trie.sequences.items()}  # labels without the end token
     longest = max(len(tokens) for tokens in trie.sequences.values())
     beams = max(beam_width, k)
+    beam_options = (
+        # Sums of log-probabilities (length_penalty 0); beams that ended early must not fill the k answers before
+        # longer labels have ended.
+        {"num_beams": beams, "num_return_sequences": k, "length_penalty": 0.0, "early_stopping": "never"}
+        if beams > 1
+        else {}
+    )
     config = GenerationConfig(
         do_sample=False,
-        num_beams=beams,
-        num_return_sequences=k,
         max_new_tokens=longest,
-        length_penalty=0.0,
-        early_stopping="never",  # beams that ended early must not fill the k answers before longer labels end
         pad_token_id=encoder.tokenizer.pad_token_id,
         eos_token_id=encoder.end_token,
         output_scores=True,
         return_dict_in_generate=True,
+        **beam_options,
     )
     results: list[list[tuple[str, float]]] = []
     for start in range(0, len(prompts), batch_size):

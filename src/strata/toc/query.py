@@ -8,8 +8,10 @@ Documents without an outline get an induced ToC first.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field
 
@@ -21,6 +23,9 @@ from strata.toc.induce import induce_toc, needs_induction
 from strata.toc.model import DocumentToc, LeafRanking, ScoredLeaf
 from strata.toc.retriever import TocRetriever, toc_llm_settings
 from strata.toc.tree import document_toc
+
+if TYPE_CHECKING:
+    from strata.toc.finetune import TrainReport
 
 STAIR_ADAPTER = "stair"
 
@@ -80,6 +85,35 @@ def run_toc_query(settings: Settings, document: str, question: str, k: int | Non
         hits=hits,
         seconds=ranking.seconds,
     )
+
+
+def train_toc_adapter(settings: Settings, document: str, log: Callable[[str], None] = print) -> TrainReport:
+    """Train and save `document`'s STAIR adapter (used by `run_toc_query` from then on): synthetic questions from
+    the configured LLM (cached), then LoRA on `toc.train_model`, on CUDA when present."""
+    from strata.ingest import open_store
+    from strata.toc.experiment import BookJob, StairJob, run_job
+    from strata.toc.finetune import resolve_device
+    from strata.toc.synthetic import QuestionCache, generate_questions
+
+    with open_store(settings) as store:
+        paper = store.get_paper(resolve_document(store, document))
+    with make_client(toc_llm_settings(settings)) as client:
+        toc, _ = toc_for(paper, settings, client)
+        cache = QuestionCache(settings.toc.question_cache, toc.paper_id, client.model)
+        questions = generate_questions(client, toc, toc.leaves(), settings.toc, cache)
+    job = StairJob(
+        books=[BookJob(toc=toc, questions=questions, queries=[])],
+        settings=settings.toc,
+        seed=settings.llm.seed,
+        modes=["stair"],
+    )
+    folder = adapter_folder(settings, paper.id)
+    runs = run_job(
+        job, settings.toc.train_model, settings.llm.model_dir, resolve_device(settings.toc.device), folder.parent, log
+    )
+    if runs.errors:
+        raise RuntimeError(f"training the ToC adapter of {paper.id} failed: {'; '.join(runs.errors)}")
+    return runs.train[0]
 
 
 def resolve_document(store: CorpusStore, document: str) -> str:

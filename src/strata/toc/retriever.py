@@ -72,9 +72,7 @@ class TocRetriever:
             self._views[key] = plan_views(toc, scope, budget, self._count_tokens)
         return self._views[key]
 
-    def _rank_scope(
-        self, toc: DocumentToc, query: str, scope: TocEntry | None, k: int
-    ) -> list[tuple[TocEntry, float]]:
+    def _rank_scope(self, toc: DocumentToc, query: str, scope: TocEntry | None, k: int) -> list[tuple[TocEntry, float]]:
         candidates: list[tuple[TocEntry, float]] = []
         for view in self.views(toc, scope):
             candidates.extend(self._decode(self.prompt(toc, view, query), view.choices, k))
