@@ -16,6 +16,7 @@ from strata.toc.finetune import (  # noqa: E402
     AdapterMeta,
     Example,
     _loss,
+    generate_texts,
     load_adapter,
     rank_prompts,
     save_adapter,
@@ -61,6 +62,10 @@ class Encoder:
 
     class tokenizer:  # noqa: N801 - mimics the attribute of PromptEncoder
         pad_token_id = PAD
+
+        @staticmethod
+        def decode(tokens, skip_special_tokens):
+            return " ".join(map(str, tokens))
 
 
 def example(leaf: str, question: list[int]) -> Example:
@@ -120,3 +125,16 @@ def test_training_fits_the_examples_and_a_saved_adapter_loads_back_identically(t
         assert torch.allclose(reloaded(input_ids=probe).logits, expected, atol=1e-6)
     with pytest.raises(ValueError, match="trained on tiny"):
         load_adapter(reloaded.unload(), tmp_path / "stair", "other-weights")
+
+
+def test_one_prompt_at_a_time_reuses_the_shared_prefix_cache_with_identical_results():
+    model = tiny_model()
+    trie = LabelTrie(LABELS, END)
+    toc_prefix = [1, *range(20, 60)]  # 41 shared tokens: enough to be cached once and copied
+    prompts = [toc_prefix + [30, 31], toc_prefix + [32], toc_prefix + [33, 34, 35]]
+    alone = rank_prompts(model, Encoder(), prompts, trie, k=3, beam_width=3, batch_size=1)
+    batched = rank_prompts(model, Encoder(), prompts, trie, k=3, beam_width=3, batch_size=3)
+    assert [[key for key, _ in r] for r in alone] == [[key for key, _ in r] for r in batched]
+    for one, many in zip(alone, batched):
+        assert [score for _, score in one] == pytest.approx([score for _, score in many], abs=1e-4)
+    assert generate_texts(model, Encoder(), prompts, 1, 5) == generate_texts(model, Encoder(), prompts, 3, 5)

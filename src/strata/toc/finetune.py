@@ -9,6 +9,7 @@ ends at the last position, and logits are computed only for the answer window: t
 
 from __future__ import annotations
 
+import copy
 import json
 import random
 import time
@@ -34,6 +35,7 @@ Mode = Literal["stair", "dsi"]
 PROMPTS: dict[Mode, str] = {"stair": "toc_select", "dsi": "toc_dsi"}
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 ADAPTER_META = "strata_toc_adapter.json"
+MIN_SHARED_PREFIX = 32  # tokens; below this, reusing a prefix cache saves less than copying it costs
 Log = Callable[[str], None]
 
 
@@ -199,11 +201,9 @@ def rank_prompts(
     batch_size: int,
 ) -> list[list[tuple[str, float]]]:
     """Top-k leaf numbers with constrained log-probabilities for each prompt (beam search through the trie)."""
-    import torch
-    from transformers import GenerationConfig, LogitsProcessorList
+    from transformers import GenerationConfig
 
     by_tokens = {tokens[:-1]: key for key, tokens in trie.sequences.items()}  # labels without the end token
-    longest = max(len(tokens) for tokens in trie.sequences.values())
     beams = max(beam_width, k)
     beam_options = (
         # Sums of log-probabilities (length_penalty 0); beams that ended early must not fill the k answers before
@@ -214,7 +214,7 @@ def rank_prompts(
     )
     config = GenerationConfig(
         do_sample=False,
-        max_new_tokens=longest,
+        max_new_tokens=max(len(tokens) for tokens in trie.sequences.values()),
         pad_token_id=encoder.tokenizer.pad_token_id,
         eos_token_id=encoder.end_token,
         output_scores=True,
@@ -222,18 +222,11 @@ def rank_prompts(
         **beam_options,
     )
     results: list[list[tuple[str, float]]] = []
-    for start in range(0, len(prompts), batch_size):
-        batch = prompts[start : start + batch_size]
-        ids, mask, _ = _left_padded(batch, encoder.tokenizer.pad_token_id, model.device.type)
-        processors = LogitsProcessorList([_trie_processor(trie, ids.shape[1])])
-        with torch.no_grad(), _autocast(model.device.type):
-            output = model.generate(
-                input_ids=ids, attention_mask=mask, generation_config=config, logits_processor=processors
-            )
-        generated = output.sequences[:, ids.shape[1] :].tolist()
+    for batch, output, prompt_length in _generate(model, encoder, prompts, batch_size, config, trie):
+        generated = output.sequences[:, prompt_length:].tolist()
         scores = output.sequences_scores.tolist() if beams > 1 else [0.0] * len(generated)
         for row in range(len(batch)):
-            ranked = []
+            ranked: list[tuple[str, float]] = []
             for index in range(row * k, row * k + k):
                 key = by_tokens.get(_until_end(generated[index], encoder.end_token))
                 if key is not None and key not in (found for found, _ in ranked):
@@ -246,7 +239,6 @@ def generate_texts(
     model: PreTrainedModel, encoder: PromptEncoder, prompts: Sequence[list[int]], batch_size: int, max_new_tokens: int
 ) -> list[str]:
     """Greedy free generation (nothing constrains the answer)."""
-    import torch
     from transformers import GenerationConfig
 
     config = GenerationConfig(
@@ -254,16 +246,52 @@ def generate_texts(
         max_new_tokens=max_new_tokens,
         pad_token_id=encoder.tokenizer.pad_token_id,
         eos_token_id=encoder.end_token,
+        return_dict_in_generate=True,
     )
     texts: list[str] = []
-    for start in range(0, len(prompts), batch_size):
-        batch = prompts[start : start + batch_size]
-        ids, mask, _ = _left_padded(batch, encoder.tokenizer.pad_token_id, model.device.type)
-        with torch.no_grad(), _autocast(model.device.type):
-            output = model.generate(input_ids=ids, attention_mask=mask, generation_config=config)
-        for row in output[:, ids.shape[1] :].tolist():
+    for _, output, prompt_length in _generate(model, encoder, prompts, batch_size, config, None):
+        for row in output.sequences[:, prompt_length:].tolist():
             texts.append(encoder.tokenizer.decode(_until_end(row, encoder.end_token), skip_special_tokens=True))
     return texts
+
+
+def _generate(
+    model: PreTrainedModel,
+    encoder: PromptEncoder,
+    prompts: Sequence[list[int]],
+    batch_size: int,
+    config: Any,
+    trie: LabelTrie | None,
+) -> Iterator[tuple[Sequence[list[int]], Any, int]]:
+    """(batch, generate() output, prompt length) per batch of left-padded prompts, trie-constrained when given.
+
+    One prompt at a time (the CPU path), the prompts' shared beginning (instructions and ToC) is run once and its
+    KV cache copied for each prompt, as the llama.cpp path keeps the ToC in its cache: only each question's tokens
+    are read again. generate() does not spread a given cache over its beams, so the copy is repeated per beam.
+    """
+    import torch
+    from transformers import LogitsProcessorList
+
+    device = model.device.type
+    shared = _shared_prefix_length(prompts) if batch_size == 1 and len(prompts) > 1 else 0
+    prefix_cache = None
+    if shared >= MIN_SHARED_PREFIX:
+        with torch.no_grad(), _autocast(device):
+            prefix = torch.tensor([prompts[0][:shared]], device=device)
+            prefix_cache = model(input_ids=prefix, use_cache=True, logits_to_keep=1).past_key_values
+    for start in range(0, len(prompts), batch_size):
+        batch = prompts[start : start + batch_size]
+        ids, mask, _ = _left_padded(batch, encoder.tokenizer.pad_token_id, device)
+        extra: dict[str, Any] = {}
+        if trie is not None:
+            extra["logits_processor"] = LogitsProcessorList([_trie_processor(trie, ids.shape[1])])
+        if prefix_cache is not None:
+            cache = copy.deepcopy(prefix_cache)
+            cache.batch_repeat_interleave(config.num_beams or 1)
+            extra["past_key_values"] = cache
+        with torch.no_grad(), _autocast(device):
+            output = model.generate(input_ids=ids, attention_mask=mask, generation_config=config, **extra)
+        yield batch, output, ids.shape[1]
 
 
 def _until_end(tokens: Sequence[int], end_token: int) -> tuple[int, ...]:
