@@ -211,6 +211,26 @@ class TocSettings(_Section):
     )
 
 
+class RetrieveSettings(_Section):
+    """Lit3R Retrieve: the question-anchored loop (decompose, search, rerank, verify)."""
+
+
+class RelateSettings(_Section):
+    """Lit3R Relate: paper-to-paper expansion from the seed papers of the question ranking."""
+
+
+class RerankSettings(_Section):
+    """Reranking stage (CoRank, listwise baselines, cross-encoder) behind one Reranker interface."""
+
+
+class ReadSettings(_Section):
+    """Lit3R Read: per-paper local reading, cross-paper synthesis and citation validation."""
+
+
+class ServeSettings(_Section):
+    """HTTP API, web page and MCP server."""
+
+
 class Settings(BaseSettings):
     """Everything Strata can be told; the defaults run fully offline on the embedded models."""
 
@@ -222,6 +242,13 @@ class Settings(BaseSettings):
     search: SearchSettings = Field(default_factory=SearchSettings, description="Hybrid search")
     llm: LLMSettings = Field(default_factory=LLMSettings, description="LLM client")
     toc: TocSettings = Field(default_factory=TocSettings, description="Table-of-contents (STAIR) retrieval")
+    retrieve: RetrieveSettings = Field(
+        default_factory=RetrieveSettings, description="Lit3R Retrieve: iterative question-anchored retrieval"
+    )
+    relate: RelateSettings = Field(default_factory=RelateSettings, description="Lit3R Relate: paper-to-paper expansion")
+    rerank: RerankSettings = Field(default_factory=RerankSettings, description="Reranking (CoRank and baselines)")
+    read: ReadSettings = Field(default_factory=ReadSettings, description="Lit3R Read: reading and answer synthesis")
+    serve: ServeSettings = Field(default_factory=ServeSettings, description="HTTP API, web page and MCP server")
 
     @classmethod
     def settings_customise_sources(

@@ -1,0 +1,29 @@
+"""The interface every reranker implements, and the identity reranker (keep the first-stage order)."""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+from strata.documents.model import Ranking
+
+
+@runtime_checkable
+class Reranker(Protocol):
+    """Reorders a first-stage ranking for a query.
+
+    The result holds the same papers (a reranker never invents or drops candidates), ranks renumbered from 1, and its
+    `method` names the first stage and the reranker, e.g. 'hybrid>corank'. Ties keep the first-stage order.
+    """
+
+    name: str
+
+    def rank(self, query: str, candidates: Ranking) -> Ranking: ...
+
+
+class FirstStage:
+    """Keeps the first-stage order: the 'no reranking' choice, and the baseline every reranker is measured against."""
+
+    name = "first-stage"
+
+    def rank(self, query: str, candidates: Ranking) -> Ranking:
+        return candidates
