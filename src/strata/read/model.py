@@ -6,6 +6,9 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from strata.documents.model import Ranking
+from strata.llm.trace import Trace
+
 AnswerFormat = Literal["text", "mc", "table"]
 
 
@@ -53,3 +56,13 @@ class StageEvent(BaseModel):
     status: Literal["started", "done", "failed"]
     detail: str = Field(default="", description="Short human-readable progress, e.g. 'round 2: 4 subqueries'")
     elapsed_s: float = Field(default=0.0, ge=0, description="Seconds since the question arrived")
+
+
+class AskResult(BaseModel):
+    """Everything `strata ask` (and POST /ask) returns: the answer, the candidates it read and the per-question trace."""
+
+    answer: Answer
+    candidates: Ranking = Field(description="The papers the reader was given (Retrieve + Relate, reranked)")
+    events: list[StageEvent] = Field(default_factory=list)
+    trace: Trace = Field(default_factory=Trace, description="Every LLM call made for this question")
+    wall_s: float = Field(default=0.0, ge=0)
