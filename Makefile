@@ -11,7 +11,7 @@ DEMO_HOME ?= .strata/demo
 LLAMA_CMAKE_ARGS := -DLLAVA_BUILD=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TESTS=OFF \
 	-DLLAMA_BUILD_SERVER=OFF -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
 
-.PHONY: install demo test reproduce clean
+.PHONY: install demo test reproduce clean browser-deps
 
 install: $(VENV)/.installed
 
@@ -32,6 +32,13 @@ demo: install
 
 test: install
 	$(PY) -m pytest -q -ra
+
+# Headless Chromium for the web page's end-to-end test: Debian's package, driven by Playwright (which would otherwise
+# download a browser of its own, impossible offline). Without it that one test is skipped.
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+browser-deps:
+	command -v chromium >/dev/null || { $(SUDO) apt-get update -qq && \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
 
 # Rerun the cheap rows of benchmarks/matrix.yaml (SciFact BM25/dense/hybrid) and fail if a score drifts.
 reproduce: install

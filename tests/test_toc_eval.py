@@ -78,5 +78,5 @@ def test_real_queries_load_with_their_gold_paths(shared_data: Path):
 
 
 def test_a_folder_without_queries_is_a_clear_error(tmp_path: Path):
-    with pytest.raises(FileNotFoundError, match="no queries.jsonl"):
+    with pytest.raises(FileNotFoundError, match="no OpenStax book"):
         load_toc_queries(tmp_path)

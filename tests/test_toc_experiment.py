@@ -4,6 +4,8 @@ checkpoints follow each stage, and a failing stage is recorded while the others 
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -11,65 +13,19 @@ transformers = pytest.importorskip("transformers")
 tokenizers = pytest.importorskip("tokenizers")
 pytest.importorskip("peft")
 
+from toc_support import BOOK, book, tiny_model, tiny_tokenizer, write_openstax_book  # noqa: E402
+
+from strata import cli  # noqa: E402
 from strata.config import TocSettings  # noqa: E402
-from strata.documents.builder import PaperBuilder  # noqa: E402
-from strata.llm import prompt_registry  # noqa: E402
 from strata.toc import experiment  # noqa: E402
 from strata.toc.experiment import BookJob, JobQuery, StairJob, run_job  # noqa: E402
-from strata.toc.tree import document_toc, render_toc  # noqa: E402
-
-CHAT = (
-    "{% for m in messages %}<start> {{ m['role'] }} {{ m['content'] }} <end> {% endfor %}"
-    "{% if add_generation_prompt %}<start> assistant {% endif %}"
-)
-
-
-def book():
-    builder = PaperBuilder("tiny-book", "test")
-    for chapter, sections in {"Sleep": ["Dreams", "Insomnia"], "Memory": ["Encoding", "Forgetting"]}.items():
-        builder.open_section(chapter, 1)
-        for section in sections:
-            builder.open_section(section, 2)
-            builder.add_block(f"{section} is a topic of {chapter.lower()} research.")
-    return document_toc(builder.build(title="Tiny Psychology"))
-
-
-def tiny_tokenizer(toc):
-    """Word-level: every word of the prompts, the ToC and the answers is in the vocabulary."""
-    registry = prompt_registry()
-    prompts = [f"{registry.get(name).system} {registry.get(name).user}" for name in registry.names()]
-    text = " ".join([render_toc(toc), *prompts, "0 1 2 3 4 5 6 7 8 9"])
-    words = ["<pad>", "<unk>", "<start>", "<end>", "system", "user", "assistant"]
-    pre = tokenizers.pre_tokenizers.Whitespace()
-    for word, _ in pre.pre_tokenize_str(text + ' questions What is why ? " [ ] { } : ,'):
-        if word not in words:
-            words.append(word)
-    model = tokenizers.models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>")
-    tokenizer = tokenizers.Tokenizer(model)
-    tokenizer.pre_tokenizer = pre
-    tokenizer.decoder = tokenizers.decoders.WordPiece(prefix="##")  # joins words with spaces
-    return transformers.PreTrainedTokenizerFast(
-        tokenizer_object=tokenizer, eos_token="<end>", pad_token="<pad>", unk_token="<unk>", chat_template=CHAT
-    )
 
 
 @pytest.fixture()
 def tiny(monkeypatch):
     toc = book()
     tokenizer = tiny_tokenizer(toc)
-    torch.manual_seed(0)
-    config = transformers.LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=4096,
-        pad_token_id=tokenizer.pad_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-    )
-    model = transformers.LlamaForCausalLM(config).eval()
+    model = tiny_model(tokenizer)
     monkeypatch.setattr(experiment, "load_base_model", lambda *args: (model, tokenizer, "tiny"))
     torch.set_num_threads(1)
     return toc, model
@@ -127,3 +83,31 @@ def test_a_failing_stage_is_recorded_and_the_next_stages_still_run(tiny, tmp_pat
     assert runs.errors == ["stair: RuntimeError: out of memory", "dsi: RuntimeError: out of memory"]
     assert [run.method for run in runs.runs] == ["zero-shot", "zero-shot-unconstrained"]
     assert not any("lora" in name for name, _ in model.named_modules())  # the failed adapter was removed
+
+
+def test_strata_eval_toc_ranks_with_a_saved_adapter_of_the_right_mode(tiny, tmp_path, monkeypatch, capsys):
+    toc, _ = tiny
+    only_stair = job(toc).model_copy(update={"modes": ["stair"], "zero_shot": False})
+    runs = run_job(only_stair, "tiny", tmp_path, "cpu", tmp_path / "adapters", lambda _: None)
+    assert [run.method for run in runs.runs] == ["stair"]  # no zero-shot stages when the job says so
+    monkeypatch.setattr("strata.toc.finetune.load_base_model", experiment.load_base_model)  # the tiny model
+    chapters = {chapter: {s: f"{s} is a topic of {chapter.lower()} research." for s in sections}
+                for chapter, sections in BOOK.items()}
+    questions = [(f"What is {s} ?", (chapter, s)) for chapter, sections in BOOK.items() for s in sections]
+    data = write_openstax_book(tmp_path / "data", "tiny-book", chapters, questions)
+    adapter = tmp_path / "adapters" / "stair"
+    argv = ["eval", "toc", "--dataset", str(data), "--adapter", str(adapter), "--output", str(tmp_path / "out")]
+
+    assert cli.main([*argv, "--method", "stair"]) == 0
+
+    result = json.loads((tmp_path / "out" / "tiny-book-all-stair.json").read_text())
+    assert result["queries"] == 4 and set(result["metrics"]) == {"R@1", "R@3", "nDCG@3", "hallucination"}
+    assert result["models"] == {"base": "tiny", "adapter": str(adapter)} and result["model_use"]["prompt_tokens"] > 0
+    leaves = {leaf.path for leaf in toc.leaves()}
+    for line in (tmp_path / "out" / "tiny-book-all-stair.predictions.jsonl").read_text().splitlines():
+        ranking = json.loads(line)["ranking"]
+        assert len(ranking["leaves"]) == 3 and {tuple(leaf["path"]) for leaf in ranking["leaves"]} <= leaves
+        assert ranking["raw_output"] is not None  # free generation, for the hallucination rate
+    capsys.readouterr()
+    assert cli.main([*argv, "--method", "dsi"]) == 2
+    assert "a stair adapter, not a dsi one" in capsys.readouterr().err

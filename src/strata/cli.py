@@ -16,9 +16,12 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel
 
 from strata.config import Settings, available_presets
+from strata.store.locking import StoreBusyError
 
 if TYPE_CHECKING:
+    from strata.eval.qa import QAEvalResult
     from strata.eval.retrieval import RetrievalEvalResult
+    from strata.eval.toc import TocEvalResult
 
 Handler = Callable[[argparse.Namespace, Settings], int]
 
@@ -71,6 +74,12 @@ def cmd_ingest(args: argparse.Namespace, settings: Settings) -> int:
     from strata.ingest import ingest
 
     files = discover(args.paths)
+    if args.ray:
+        from strata.ingest_ray import ingest_with_ray
+
+        report = ingest_with_ray(files, settings, address=None if args.ray == "local" else args.ray)
+        print(report.summary())
+        return 1 if report.errors and args.strict else 0
     with tqdm(total=len(files), unit="file", disable=args.quiet, file=sys.stderr) as bar:
 
         def advance(path: Path, outcome: Any) -> None:
@@ -158,6 +167,46 @@ def cmd_eval_retrieval(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def eval_toc(args: argparse.Namespace, settings: Settings) -> TocEvalResult:
+    from strata.eval.toc import run_toc_eval
+
+    return run_toc_eval(
+        settings, Path(args.dataset), args.method, book=args.book,
+        adapter=Path(args.adapter) if args.adapter else None, output_dir=Path(args.output),
+    )
+
+
+def cmd_eval_toc(args: argparse.Namespace, settings: Settings) -> int:
+    from strata.eval.toc import format_toc_result
+
+    result = eval_toc(args, settings)
+    if args.json:
+        _print_json(result)
+    else:
+        print(format_toc_result(result))
+    return 0
+
+
+def eval_qa(args: argparse.Namespace, settings: Settings) -> QAEvalResult:
+    from strata.eval.qa import run_qa_eval
+
+    return run_qa_eval(
+        settings, Path(args.dataset), split=args.split, limit=args.limit, output_dir=Path(args.output),
+        store_home=Path(args.store) if args.store else None,
+    )
+
+
+def cmd_eval_qa(args: argparse.Namespace, settings: Settings) -> int:
+    from strata.eval.qa import format_qa_result
+
+    result = eval_qa(args, settings)
+    if args.json:
+        _print_json(result)
+    else:
+        print(format_qa_result(result))
+    return 0
+
+
 def cmd_eval_matrix(args: argparse.Namespace, settings: Settings) -> int:
     from strata.eval.matrix import format_matrix, load_matrix, run_matrix, write_matrix_result
 
@@ -208,6 +257,41 @@ def cmd_toc(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def cmd_ask(args: argparse.Namespace, settings: Settings) -> int:
+    from strata.read.pipeline import ask
+
+    def show_progress(event: Any) -> None:
+        print(f"[{event.elapsed_s:6.1f}s] {event.stage} {event.status} {event.detail}", file=sys.stderr)
+
+    answer_format = args.format or ("mc" if args.options else "text")
+    result = ask(
+        args.question, settings, options=args.options, answer_format=answer_format,
+        on_event=show_progress if args.trace else None,
+    )
+    if args.json:
+        _print_json(result)
+        return 0
+    from strata.read.format import format_ask_result
+
+    print(format_ask_result(result, trace=args.trace))
+    return 1 if result.partial else 0
+
+
+def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
+    from strata.serve.app import serve
+
+    chosen = {name: getattr(args, name) for name in ("host", "port") if getattr(args, name) is not None}
+    serve(settings.model_copy(update={"serve": settings.serve.model_copy(update=chosen)}))
+    return 0
+
+
+def cmd_mcp(args: argparse.Namespace, settings: Settings) -> int:
+    from strata.serve.mcp_server import run_stdio
+
+    run_stdio(settings)
+    return 0
+
+
 def cmd_llm_check(args: argparse.Namespace, settings: Settings) -> int:
     from strata.llm.check import format_check, run_check
 
@@ -216,6 +300,35 @@ def cmd_llm_check(args: argparse.Namespace, settings: Settings) -> int:
         _print_json(report)
     else:
         print(format_check(report))
+    return 0
+
+
+def cmd_features(args: argparse.Namespace, settings: Settings) -> int:
+    from strata.rerank.factory import extract_features
+
+    report = extract_features(settings, paper_ids=args.papers or None, limit=args.limit)
+    if args.json:
+        _print_json(report)
+    else:
+        print(f"{report.documents} documents: {report.extracted} extracted, {report.cached} cached, "
+              f"{len(report.failed)} failed, {report.seconds:.1f}s")
+    return 1 if report.failed else 0
+
+
+def cmd_train_reranker(args: argparse.Namespace, settings: Settings) -> int:
+    from strata.llm import make_client
+    from strata.rerank.crossencoder import train_cross_encoder
+    from strata.retrieve.hybrid import open_searcher
+
+    with open_searcher(settings) as searcher, make_client(settings) as client:
+        report = train_cross_encoder(settings, searcher.store, searcher, client)
+    if args.json:
+        _print_json(report)
+    else:
+        print(f"cross-encoder saved to {report.model_dir}: {report.queries} synthetic queries "
+              f"({report.failed_queries} failed), {report.pairs} pairs, {report.steps} steps, "
+              f"loss {report.final_loss:.3f}; generation {report.generation_seconds:.0f}s, "
+              f"training {report.training_seconds:.0f}s")
     return 0
 
 
@@ -237,6 +350,11 @@ def build_parser() -> argparse.ArgumentParser:
     ingest_cmd.add_argument("paths", nargs="+", help="files or folders (PDF, S2ORC, TEI, JATS, unarXive, BEIR, book)")
     ingest_cmd.add_argument("--quiet", action="store_true", help="no progress bar")
     ingest_cmd.add_argument("--strict", action="store_true", help="exit 1 when any file failed")
+    ingest_cmd.add_argument(
+        "--ray", nargs="?", const="local", metavar="ADDRESS",
+        help="parse and embed as Ray Data pipelines: on a local Ray instance, or the cluster at ADDRESS ('auto', "
+        "'ray://host:10001'); results land in the same store",
+    )
 
     search_cmd = command("search", cmd_search, "hybrid search: papers with their best passages and locators")
     search_cmd.add_argument("query")
@@ -255,6 +373,19 @@ def build_parser() -> argparse.ArgumentParser:
     toc_cmd.add_argument("question")
     toc_cmd.add_argument("--k", type=int, help="leaves to return (default: toc settings)")
 
+    ask_cmd = command("ask", cmd_ask, "answer a question from the corpus with numbered, validated citations")
+    ask_cmd.add_argument("question")
+    ask_cmd.add_argument("--options", nargs="+", help="answer options of a multiple-choice question")
+    formats = ["text", "mc", "table"]
+    ask_cmd.add_argument("--format", choices=formats, help="answer format (default: mc with --options, else text)")
+    ask_cmd.add_argument("--trace", action="store_true", help="print stage progress and every LLM call with tokens")
+
+    serve_cmd = command("serve", cmd_serve, "HTTP API and web page (beyond loopback only with serve.token)")
+    serve_cmd.add_argument("--host", help="address to bind (default: serve.host, 127.0.0.1)")
+    serve_cmd.add_argument("--port", type=int, help="port to bind (default: serve.port)")
+
+    command("mcp", cmd_mcp, "MCP server over stdio: tools search, ask, toc, read_section")
+
     eval_cmd = commands.add_parser("eval", help="evaluation").add_subparsers(dest="eval_command", required=True)
     retrieval = command("retrieval", cmd_eval_retrieval, "BEIR-format retrieval evaluation", eval_cmd)
     retrieval.add_argument("--dataset", required=True, help="BEIR folder: corpus.jsonl, queries.jsonl, qrels/")
@@ -262,6 +393,25 @@ def build_parser() -> argparse.ArgumentParser:
     retrieval.add_argument("--split", default="test", help="qrels split")
     retrieval.add_argument("--output", default="runs", help="folder for the TREC run and JSON result")
     retrieval.set_defaults(evaluate=eval_retrieval)
+
+    toc_help = "ToC retrieval on OpenStax ToC-QA: R@1, R@3, nDCG@3, hallucination"
+    toc_eval = command("toc", cmd_eval_toc, toc_help, eval_cmd)
+    toc_eval.add_argument("--dataset", required=True, help="OpenStax ToC-QA folder (books with derived/), or one book")
+    toc_eval.add_argument("--book", help="evaluate only this book (folder name; default: every book)")
+    toc_eval.add_argument("--method", choices=["bm25", "dense", "llm", "llm-free", "stair", "dsi"], default="bm25",
+                          help="llm: zero-shot, trie-constrained; llm-free: zero-shot free generation")
+    toc_eval.add_argument("--adapter", help="saved LoRA adapter folder (stair, dsi)")
+    toc_eval.add_argument("--output", default="runs", help="folder for the predictions JSONL and JSON result")
+    toc_eval.set_defaults(evaluate=eval_toc)
+
+    qa_help = "question answering with `ask`: MC accuracy, cited gold papers, evidence overlap"
+    qa = command("qa", cmd_eval_qa, qa_help, eval_cmd)
+    qa.add_argument("--dataset", required=True, help="LitQA2 folder (questions.jsonl, pdfs/) or SciFact original")
+    qa.add_argument("--split", help="SciFact claims split (default dev)")
+    qa.add_argument("--limit", type=int, help="evaluate only the first N questions")
+    qa.add_argument("--store", help="existing store home that already holds the corpus (read only; default: ingest)")
+    qa.add_argument("--output", default="runs", help="folder for the predictions JSONL and JSON result")
+    qa.set_defaults(evaluate=eval_qa)
 
     matrix_help = "rerun the reproduction matrix (each row carries its own flags); exit 1 when a score drifts"
     matrix = command("matrix", cmd_eval_matrix, matrix_help, eval_cmd)
@@ -276,6 +426,11 @@ def build_parser() -> argparse.ArgumentParser:
     comparison.add_argument("--permutations", type=int, help="random sign flips (default 10,000)")
     comparison.add_argument("--seed", type=int, help="random seed, recorded in the result")
 
+    features_cmd = command("features", cmd_features, "extract CoRank's compact features (cached by content hash)")
+    features_cmd.add_argument("papers", nargs="*", help="paper ids (default: the whole corpus)")
+    features_cmd.add_argument("--limit", type=int, help="only the first N papers by id")
+    command("train-reranker", cmd_train_reranker, "train the cross-encoder on synthetic queries over the corpus")
+
     llm_cmd = commands.add_parser("llm", help="LLM layer").add_subparsers(dest="llm_command", required=True)
     command("check", cmd_llm_check, "load the configured model and check it returns valid JSON", llm_cmd)
     return parser
@@ -286,7 +441,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         settings = settings_from_args(args)
         return args.handler(args, settings)
-    except (ValueError, KeyError, FileNotFoundError) as error:
+    except (ValueError, KeyError, FileNotFoundError, StoreBusyError) as error:
         message = error.args[0] if isinstance(error, KeyError) and error.args else error
         print(f"strata: error: {message}", file=sys.stderr)
         return 2

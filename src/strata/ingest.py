@@ -6,6 +6,7 @@ and a file that fails is recorded with its reason while the rest of the run goes
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import signal
 import threading
@@ -139,13 +140,20 @@ def _files_of(path: Path) -> Iterator[Path]:
 
 @contextmanager
 def _time_limit(seconds: float, path: Path) -> Iterator[None]:
-    """Abort a parse that runs past `seconds` (only possible on the main thread, where signals are delivered)."""
+    """Abort a parse that runs past `seconds` with a TimeoutError.
+
+    On the main thread a SIGALRM raises it; elsewhere (the server ingests in a worker thread, where no signal is
+    delivered) a timer raises it in the parsing thread. Either lands between Python bytecodes, so one long C call
+    (a single PyMuPDF page) finishes first.
+    """
+    message = f"parsing took longer than {seconds:.0f}s (parsing.per_file_timeout_s)"
     if threading.current_thread() is not threading.main_thread():
-        yield
+        with _thread_time_limit(seconds, message):
+            yield
         return
 
     def expire(signum: int, frame: object) -> None:
-        raise TimeoutError(f"parsing took longer than {seconds:.0f}s (parsing.per_file_timeout_s)")
+        raise TimeoutError(message)
 
     previous = signal.signal(signal.SIGALRM, expire)
     signal.setitimer(signal.ITIMER_REAL, seconds)
@@ -154,3 +162,34 @@ def _time_limit(seconds: float, path: Path) -> Iterator[None]:
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+
+
+@contextmanager
+def _thread_time_limit(seconds: float, message: str) -> Iterator[None]:
+    """Raise TimeoutError(message) in this thread after `seconds`, through CPython's asynchronous exceptions (no
+    library wraps this for a context manager we can use here; `stopit` does the same)."""
+    thread_id = ctypes.c_ulong(threading.get_ident())
+
+    class ParseTimeout(TimeoutError):
+        def __init__(self, *args: object) -> None:
+            super().__init__(*(args or (message,)))
+
+    guard = threading.Lock()
+    active = True
+
+    def expire() -> None:
+        with guard:
+            if active:
+                ctypes.pythonapi.PyThreadState_SetAsyncExc(thread_id, ctypes.py_object(ParseTimeout))
+
+    timer = threading.Timer(seconds, expire)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        with guard:
+            active = False
+        timer.cancel()
+        # An exception scheduled as the parse finished would surface later, outside this file: drop it.
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(thread_id, None)

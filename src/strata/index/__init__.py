@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import fcntl
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 
 from pydantic import BaseModel, Field
 
 from strata.config import Settings
 from strata.index.bm25 import BM25Index
-from strata.index.state import IndexSyncStats, SyncProgress
+from strata.index.state import ChunkVectors, IndexSyncStats, SyncProgress
 from strata.index.dense import DenseIndex
-from strata.store.sqlite import CorpusStore
+from strata.store import AnyStore
+from strata.store.locking import hold_lock
 
 # (index name, chunks indexed so far, most chunks this sync can index)
 ProgressCallback = Callable[[str, int, int], None]
@@ -31,19 +30,35 @@ class SyncReport(BaseModel):
 class CorpusIndex:
     """BM25 and dense indices of one store, under `settings.store.home / 'index'`."""
 
-    def __init__(self, store: CorpusStore, settings: Settings) -> None:
+    def __init__(self, store: AnyStore, settings: Settings) -> None:
         self.store = store
         self.settings = settings.index
+        self.lock_timeout_s = settings.store.lock_timeout_s
         self.folder = Path(settings.store.home) / "index"
-        self.bm25 = BM25Index(self.folder / "bm25")
-        self.dense = DenseIndex(self.folder / "dense", settings.index)
+        if _is_postgres(store):
+            # The PostgreSQL store keeps its indices in its own database (tables and pgvector), with the same methods.
+            from strata.index.postgres import PostgresBM25Index, PostgresDenseIndex
 
-    def sync(self, progress_callback: ProgressCallback | None = None) -> SyncReport:
-        """Bring both indices up to date with the store; safe to call any time, a no-op when nothing changed."""
-        with _exclusive(self.folder / "sync.lock"):
+            self.bm25 = PostgresBM25Index(store)
+            self.dense = PostgresDenseIndex(store, settings.index)
+            self._sync_lock = store.sync_lock
+        else:
+            self.bm25 = BM25Index(self.folder / "bm25")
+            self.dense = DenseIndex(self.folder / "dense", settings.index)
+            # One sync at a time across processes: tantivy allows one writer, and two dense syncs would race.
+            self._sync_lock = lambda: hold_lock(self.folder / "sync.lock", self.lock_timeout_s, "index sync")
+
+    def sync(
+        self, progress_callback: ProgressCallback | None = None, vectors_of: ChunkVectors | None = None
+    ) -> SyncReport:
+        """Bring both indices up to date with the store; safe to call any time, a no-op when nothing changed.
+
+        `vectors_of` supplies chunk vectors computed elsewhere (Ray workers, an earlier index) instead of the encoder.
+        """
+        with self._sync_lock():
             bm25 = self.bm25.sync(self.store, _named(progress_callback, "bm25"))
             dense = (
-                self.dense.sync(self.store, _named(progress_callback, "dense"))
+                self.dense.sync(self.store, _named(progress_callback, "dense"), vectors_of)
                 if self.settings.dense
                 else IndexSyncStats()
             )
@@ -57,19 +72,12 @@ class CorpusIndex:
         )
 
 
+def _is_postgres(store: AnyStore) -> bool:
+    # By module, so the embedded stack never imports psycopg.
+    return type(store).__module__ == "strata.store.postgres"
+
+
 def _named(callback: ProgressCallback | None, name: str) -> SyncProgress | None:
     if callback is None:
         return None
     return lambda done, expected: callback(name, done, expected)
-
-
-@contextmanager
-def _exclusive(lock_path: Path) -> Iterator[None]:
-    """One sync at a time across processes (tantivy allows one writer; two dense syncs would race on the state)."""
-    lock_path.parent.mkdir(parents=True, exist_ok=True)
-    with lock_path.open("a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)

@@ -16,14 +16,23 @@ import faiss
 import numpy as np
 from pydantic import Field
 
-from strata.config import IndexSettings
+from strata.config import EmbeddingSettings, IndexSettings
 from strata.index.embedder import Embedder
-from strata.index.state import ChunkScore, IndexSyncStats, SyncProgress, SyncState, read_state, write_state
+from strata.index.state import (
+    ChunkScore,
+    ChunkVectors,
+    IndexSyncStats,
+    SyncProgress,
+    SyncState,
+    read_state,
+    write_state,
+)
 from strata.store.sqlite import CorpusStore, StoredChunk
 
 FORMAT = "dense-v1"
 READ_BATCH = 256
-# Save a consistent partial index this often, so an interrupted first sync of a large corpus keeps its work.
+# Save a consistent partial index after this many new chunks, or after half the index's size when that is more (each
+# save rewrites the whole file: a fixed interval would make a large first sync write quadratically many bytes).
 CHECKPOINT_CHUNKS = 20_000
 # Rebuild the HNSW graph (which cannot remove vectors) once this share of it is deleted chunks.
 TOMBSTONE_REBUILD_SHARE = 0.1
@@ -71,7 +80,7 @@ class DenseIndex:
         query = np.ascontiguousarray(vector, dtype=np.float32).reshape(1, -1)
         scores, ids = index.search(query, min(depth, index.ntotal), params=params)
         del parts  # the selector's parts had to outlive the search
-        hits = [ChunkScore(rowid=int(i), score=float(s)) for s, i in zip(scores[0], ids[0]) if i >= 0]
+        hits = [ChunkScore(rowid=i, score=s) for s, i in zip(scores[0].tolist(), ids[0].tolist()) if i >= 0]
         return sorted(hits, key=lambda hit: (-hit.score, hit.rowid))
 
     def _selector(self, rowids: Collection[int] | None) -> tuple[faiss.IDSelector | None, list[faiss.IDSelector]]:
@@ -125,9 +134,16 @@ class DenseIndex:
 
     # writing
 
-    def sync(self, store: CorpusStore, progress: SyncProgress | None = None) -> IndexSyncStats:
-        """Embed chunks stored since the last sync and drop removed ones, then save."""
+    def sync(
+        self, store: CorpusStore, progress: SyncProgress | None = None, vectors_of: ChunkVectors | None = None
+    ) -> IndexSyncStats:
+        """Embed (or take from `vectors_of`) chunks stored since the last sync and drop removed ones, then save.
+
+        A first sync that will pass `hnsw_above` builds the HNSW graph as it goes instead of an exact index it would
+        then copy: memory stays at one copy of the vectors plus the graph.
+        """
         started = time.perf_counter()
+        embed = vectors_of or (lambda batch: self.embedder.embed([self.embedding_text(s) for s in batch]))
         state, index = self._load_for_writing()
         expected = store.max_chunk_rowid() - state.chunk_rowid
         stats = IndexSyncStats()
@@ -138,17 +154,17 @@ class DenseIndex:
             stats.deleted = len(deletions)
         unsaved = 0
         while batch := store.chunks_after(state.chunk_rowid, limit=READ_BATCH):
-            vectors = self.embedder.embed([self.embedding_text(stored) for stored in batch])
+            vectors = np.ascontiguousarray(embed(batch), dtype=np.float32)
             if index is None:
                 state.dimension = vectors.shape[1]
-                index = faiss.IndexIDMap(faiss.IndexFlatIP(state.dimension))
+                index = self._empty_index(state.dimension, large=expected > self.settings.hnsw_above)
             index.add_with_ids(vectors, np.array([stored.rowid for stored in batch], dtype=np.int64))
             state.chunk_rowid = batch[-1].rowid
             stats.added += len(batch)
             unsaved += len(batch)
             if progress:
                 progress(stats.added, expected)
-            if unsaved >= CHECKPOINT_CHUNKS:
+            if unsaved >= max(CHECKPOINT_CHUNKS, index.ntotal // 2):
                 self._save(index, state)
                 unsaved = 0
         if index is not None:
@@ -160,9 +176,15 @@ class DenseIndex:
         return stats
 
     def embedding_text(self, stored: StoredChunk) -> str:
-        if self.settings.embedding.title_prefix and stored.paper_title:
-            return f"{stored.paper_title}\n{stored.chunk.text}"
-        return stored.chunk.text
+        return embedding_text(stored, self.settings.embedding)
+
+    def _empty_index(self, dimension: int, large: bool) -> faiss.Index:
+        return faiss.IndexIDMap(self._hnsw(dimension) if large else faiss.IndexFlatIP(dimension))
+
+    def _hnsw(self, dimension: int) -> faiss.IndexHNSWFlat:
+        graph = faiss.IndexHNSWFlat(dimension, self.settings.hnsw_m, faiss.METRIC_INNER_PRODUCT)
+        graph.hnsw.efSearch = self.settings.hnsw_ef_search
+        return graph
 
     def _load_for_writing(self) -> tuple[DenseState, faiss.Index | None]:
         state = read_state(self.state_path, DenseState)
@@ -197,9 +219,7 @@ class DenseIndex:
         vectors = inner.reconstruct_n(0, inner.ntotal)
         ids = faiss.vector_to_array(index.id_map)
         keep = np.array([rowid not in drop for rowid in ids.tolist()], dtype=bool)
-        graph = faiss.IndexHNSWFlat(vectors.shape[1], self.settings.hnsw_m, faiss.METRIC_INNER_PRODUCT)
-        graph.hnsw.efSearch = self.settings.hnsw_ef_search
-        rebuilt = faiss.IndexIDMap(graph)
+        rebuilt = faiss.IndexIDMap(self._hnsw(vectors.shape[1]))
         rebuilt.add_with_ids(np.ascontiguousarray(vectors[keep]), np.ascontiguousarray(ids[keep]))
         return rebuilt
 
@@ -216,6 +236,13 @@ class DenseIndex:
         for old in self.folder.glob("vectors-*.faiss"):
             if old.name != name:
                 old.unlink(missing_ok=True)
+
+
+def embedding_text(stored: StoredChunk, settings: EmbeddingSettings) -> str:
+    """What the encoder reads for a chunk: its text, after its paper's title when `title_prefix` is on."""
+    if settings.title_prefix and stored.paper_title:
+        return f"{stored.paper_title}\n{stored.chunk.text}"
+    return stored.chunk.text
 
 
 def _identity(state: DenseState) -> tuple[str, str, bool]:

@@ -9,14 +9,21 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+if TYPE_CHECKING:
+    from strata.store.sqlite import StoredChunk
 
 # (chunks indexed so far, most chunks this sync can index)
 SyncProgress = Callable[[int, int], None]
+# Vectors (one L2-normalised row per chunk, in order) computed elsewhere: by Ray workers, or an earlier index of the
+# same chunks; a dense sync given one uses it instead of its own encoder.
+ChunkVectors = Callable[[Sequence["StoredChunk"]], np.ndarray]
 
 
 class ChunkScore(BaseModel):

@@ -15,6 +15,7 @@ from strata.llm.errors import LLMError, LLMRequestError, LLMUnavailableError, Sc
 
 _RESPONSE_FORMATS = {"auto": ["json_schema", "json_object", "none"]}
 _MAX_BACKOFF_S = 30.0
+_MAX_ANSWER_BYTES = 16 * 1024 * 1024
 
 
 class OpenAIBackend:
@@ -128,7 +129,7 @@ class OpenAIBackend:
             if attempt:
                 time.sleep(min(settings.backoff_s * 2 ** (attempt - 1), _MAX_BACKOFF_S))
             try:
-                response = self._client.post(path, json=body)
+                response = self._send(path, body)
             except httpx.TransportError as error:
                 last_problem = f"{type(error).__name__}: {error}"
                 continue
@@ -154,6 +155,32 @@ class OpenAIBackend:
             f"{self._base_url}{path} failed {settings.max_retries + 1} times in {time.monotonic() - started:.1f}s; "
             f"last problem: {last_problem}"
         )
+
+    def _send(self, path: str, body: dict[str, Any]) -> httpx.Response:
+        """One POST whose answer must arrive whole within `timeout_s` and `_MAX_ANSWER_BYTES`.
+
+        httpx's timeout bounds each read, not the answer: a server that keeps sending (an endless generation, a
+        trickle of bytes) would hold the call forever, so the deadline and size are checked while reading.
+        """
+        timeout_s = self._settings.timeout_s
+        deadline = time.monotonic() + timeout_s
+        with self._client.stream("POST", path, json=body) as streamed:
+            content = bytearray()
+            for chunk in streamed.iter_bytes():
+                content += chunk
+                if time.monotonic() > deadline:
+                    raise _CutOff(f"the answer did not finish within {timeout_s:.0f}s (llm.timeout_s)")
+                if len(content) > _MAX_ANSWER_BYTES:
+                    raise _CutOff(f"the answer grew past {_MAX_ANSWER_BYTES} bytes")
+            # Only the content type carries over: the content is already decoded (no content-encoding applies).
+            headers = {"content-type": streamed.headers.get("content-type", "application/json")}
+            return httpx.Response(
+                streamed.status_code, headers=headers, content=bytes(content), request=streamed.request
+            )
+
+
+class _CutOff(httpx.TransportError):
+    """An answer abandoned while it was still arriving."""
 
 
 def _rejects_feature(response: httpx.Response, marker: str) -> bool:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, create_model
 
-from strata.documents.model import Ranking
+from strata.documents.model import ChunkHit, Ranking
 from strata.llm.trace import Trace
 
 AnswerFormat = Literal["text", "mc", "table"]
@@ -47,6 +47,9 @@ class Answer(BaseModel):
     supported: bool = Field(default=True, description="Every kept claim has validated evidence")
     answerable: bool = Field(default=True, description="False when the corpus does not answer the question")
     dropped_claims: int = Field(default=0, ge=0, description="Claims removed because their evidence failed validation")
+    rejections: list[str] = Field(
+        default_factory=list, description="Why validation removed evidence, claims or the choice, one line each"
+    )
 
 
 class StageEvent(BaseModel):
@@ -58,6 +61,25 @@ class StageEvent(BaseModel):
     elapsed_s: float = Field(default=0.0, ge=0, description="Seconds since the question arrived")
 
 
+class PaperReading(BaseModel):
+    """Local reading of one candidate paper: Decision A (relevant), Decision B (sufficient), supporting passages."""
+
+    paper_id: str
+    title: str = ""
+    rank: int = Field(ge=1, description="The paper's rank among the candidates")
+    relevant: float = Field(ge=0, le=1, description="Decision A: P(yes) that the paper owns or supplies the answer")
+    sufficient: float | None = Field(
+        default=None,
+        ge=0,
+        le=1,
+        description="Decision B: P(yes) that the passages give usable answer content; None when A rejected the paper",
+    )
+    accepted: bool = Field(description="Both decisions reached read.accept_threshold; only these go to synthesis")
+    passages: list[ChunkHit] = Field(
+        default_factory=list, description="Accepted papers: the supporting passages, best first, with locators"
+    )
+
+
 class AskResult(BaseModel):
     """Everything `strata ask` (and POST /ask) returns: the answer, the candidates it read and the per-question trace."""
 
@@ -66,3 +88,65 @@ class AskResult(BaseModel):
     events: list[StageEvent] = Field(default_factory=list)
     trace: Trace = Field(default_factory=Trace, description="Every LLM call made for this question")
     wall_s: float = Field(default=0.0, ge=0)
+    readings: list[PaperReading] = Field(default_factory=list, description="Local reading of each paper read")
+    partial: bool = Field(
+        default=False, description="Reading or synthesis failed: the answer is a placeholder, the candidates are real"
+    )
+    error: str | None = Field(default=None, description="What failed, when `partial`")
+
+
+# What the reader's prompts ask the model for. Scored prompts (yes/no, a passage or option) declare the answer they
+# enumerate; generated answers cite evidence by number only, restricted at decoding time to the numbers given.
+
+
+class YesNo(BaseModel):
+    answer: Literal["yes", "no"]
+
+
+class PassageChoice(BaseModel):
+    passage: int = Field(ge=1, description="Number of the passage")
+
+
+class OptionChoice(BaseModel):
+    option: str = Field(description="One of the given options, verbatim")
+
+
+class FactDraft(BaseModel):
+    value: str = Field(description="The value as written in the evidence")
+    unit: str = ""
+    evidence: int = Field(description="Number of the evidence passage stating it")
+
+
+class TextDraft(BaseModel):
+    answerable: bool = Field(description="False when the evidence does not answer the question")
+    answer: str
+    evidence: list[int] = Field(default_factory=list, description="Numbers of the passages the answer rests on")
+    facts: list[FactDraft] = Field(default_factory=list)
+
+
+class RowDraft(BaseModel):
+    cells: list[str]
+    evidence: list[int] = Field(default_factory=list)
+
+
+class TableDraft(BaseModel):
+    answerable: bool
+    header: list[str]
+    rows: list[RowDraft] = Field(default_factory=list)
+
+
+def citing_only(numbers: list[int]) -> tuple[type[TextDraft], type[TableDraft]]:
+    """Answer models whose evidence numbers must be among `numbers`, so constrained decoding cannot cite others."""
+    number = Literal[tuple(numbers)]  # type: ignore[valid-type]
+    fact = create_model("Fact", __base__=FactDraft, evidence=(number, ...))
+    text = create_model(
+        "TextAnswer",
+        __base__=TextDraft,
+        evidence=(list[number], Field(default_factory=list)),  # type: ignore[valid-type]
+        facts=(list[fact], Field(default_factory=list, max_length=3)),  # type: ignore[valid-type]
+    )
+    cited = (list[number], Field(default_factory=list))  # type: ignore[valid-type]
+    row = create_model("Row", __base__=RowDraft, evidence=cited)
+    rows = (list[row], Field(default_factory=list))  # type: ignore[valid-type]
+    table = create_model("TableAnswer", __base__=TableDraft, rows=rows)
+    return text, table

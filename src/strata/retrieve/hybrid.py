@@ -83,11 +83,11 @@ class HybridSearcher:
     def _papers(self, fused: list[tuple[int, float]], k: int) -> list[Candidate]:
         """Roll chunks up to papers: a paper scores as its best chunk and keeps its best `chunks_per_paper`.
 
-        Chunks are read from the store a page at a time, best first, until `k` papers have appeared and one more
+        Paper ids are read from the store a page at a time, best first, until `k` papers have appeared and one more
         page has been read: paper scores and ranks are exact; a supporting chunk ranked further down than that
-        (a weak one) is left out, which saves reading every fused chunk.
+        (a weak one) is left out, which saves looking up every fused chunk. Only the kept chunks' texts are read.
         """
-        by_paper: dict[str, list[tuple[StoredChunk, float]]] = {}
+        by_paper: dict[str, list[tuple[int, float]]] = {}
         start = 0
         extra_pages = 1
         while start < len(fused) and (len(by_paper) < k or extra_pages > 0):
@@ -95,21 +95,27 @@ class HybridSearcher:
                 extra_pages -= 1
             page = fused[start : start + ROLL_UP_PAGE]
             start += ROLL_UP_PAGE
-            stored = self.store.get_chunks(rowid for rowid, _ in page)  # deleted chunks are absent: skipped
+            paper_of = self.store.chunk_paper_ids(rowid for rowid, _ in page)  # deleted chunks are absent: skipped
             for rowid, score in page:
-                if rowid in stored:
-                    by_paper.setdefault(stored[rowid].chunk.paper_id, []).append((stored[rowid], score))
+                if rowid in paper_of:
+                    by_paper.setdefault(paper_of[rowid], []).append((rowid, score))
         best_first = sorted(by_paper.items(), key=lambda item: (-item[1][0][1], item[0]))[:k]
-        return [
-            Candidate(
-                paper_id=paper_id,
-                title=hits[0][0].paper_title,
-                score=hits[0][1],
-                rank=rank,
-                chunks=[_hit(chunk, score) for chunk, score in hits[: self.settings.chunks_per_paper]],
-            )
-            for rank, (paper_id, hits) in enumerate(best_first, start=1)
-        ]
+        kept = [(paper_id, hits[: self.settings.chunks_per_paper]) for paper_id, hits in best_first]
+        stored = self.store.get_chunks(rowid for _, hits in kept for rowid, _ in hits)
+        candidates: list[Candidate] = []
+        for paper_id, hits in kept:
+            chunks = [_hit(stored[rowid], score) for rowid, score in hits if rowid in stored]
+            if chunks:  # else every kept chunk was deleted since the lookup above
+                candidates.append(
+                    Candidate(
+                        paper_id=paper_id,
+                        title=stored[chunks[0].rowid].paper_title,
+                        score=chunks[0].score,
+                        rank=len(candidates) + 1,
+                        chunks=chunks,
+                    )
+                )
+        return candidates
 
 
 def _hit(stored: StoredChunk, score: float) -> ChunkHit:

@@ -1,11 +1,28 @@
 """The corpus store: papers, sections, chunks, references and the citation graph."""
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, TypeAlias
+
 from strata.config import Settings
+from strata.store.locking import StoreBusyError
 from strata.store.sqlite import CorpusStore
 
+if TYPE_CHECKING:
+    from strata.store.postgres import PostgresCorpusStore
 
-def open_store(settings: Settings) -> CorpusStore:
-    return CorpusStore(settings.store.home / "corpus.sqlite3")
+# Either backend: the two classes have the same methods.
+AnyStore: TypeAlias = "CorpusStore | PostgresCorpusStore"
 
 
-__all__ = ["CorpusStore", "open_store"]
+def open_store(settings: Settings) -> CorpusStore | PostgresCorpusStore:
+    """The store `settings.store.backend` names: SQLite under `home`, or PostgreSQL (imported only when used)."""
+    if settings.store.backend == "sqlite":
+        return CorpusStore(settings.store.home / "corpus.sqlite3", busy_timeout_s=settings.store.lock_timeout_s)
+    from strata.store.postgres import PostgresCorpusStore, local_server_url
+
+    url = settings.store.postgres_url or local_server_url(settings.store.home / "postgres")
+    return PostgresCorpusStore(url)
+
+
+__all__ = ["AnyStore", "CorpusStore", "StoreBusyError", "open_store"]

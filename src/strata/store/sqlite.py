@@ -18,6 +18,7 @@ from pydantic import BaseModel
 
 from strata.documents.identifiers import normalize_title
 from strata.documents.model import Chunk, ContentType, Locator, Paper, Reference, Section
+from strata.store.locking import StoreBusyError
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS files (
@@ -86,14 +87,17 @@ class CorpusStats(BaseModel):
 
 
 class CorpusStore:
-    def __init__(self, path: Path | str) -> None:
+    def __init__(self, path: Path | str, busy_timeout_s: float = 120.0) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.busy_timeout_s = busy_timeout_s
         self._lock = threading.RLock()
-        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.executescript(SCHEMA)
+        # sqlite3 waits up to `timeout` for another connection's write lock, then raises "database is locked".
+        self._db = sqlite3.connect(self.path, timeout=busy_timeout_s, check_same_thread=False, isolation_level=None)
+        with self._busy_is_clear():
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.executescript(SCHEMA)
 
     def close(self) -> None:
         self._db.close()
@@ -105,9 +109,24 @@ class CorpusStore:
         self.close()
 
     @contextmanager
+    def _busy_is_clear(self) -> Iterator[None]:
+        """Turn SQLite's bare "database is locked" into an error naming the database and what to do."""
+        try:
+            yield
+        except sqlite3.OperationalError as error:
+            if "locked" not in str(error) and "busy" not in str(error):
+                raise
+            raise StoreBusyError(
+                f"{self.path} stayed locked by another process writing to it for {self.busy_timeout_s:.0f}s "
+                f"({error}); let that process (another `strata ingest` on this store home?) finish, or raise "
+                "store.lock_timeout_s"
+            ) from error
+
+    @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
         with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
+            with self._busy_is_clear():
+                self._db.execute("BEGIN IMMEDIATE")
             try:
                 yield self._db
             except BaseException:
@@ -250,6 +269,15 @@ class CorpusStore:
         for start in range(0, len(ids), 900):  # SQLite caps bound parameters per statement
             batch = ids[start : start + 900]
             found.update((s.rowid, s) for s in self._chunks_where(f"c.rowid IN ({_marks(batch)})", batch))
+        return found
+
+    def chunk_paper_ids(self, rowids: Iterable[int]) -> dict[int, str]:
+        """Paper id of each live chunk by row id: what ranking roll-ups need, without reading chunk texts."""
+        ids = list(dict.fromkeys(rowids))
+        found: dict[int, str] = {}
+        for start in range(0, len(ids), 900):  # SQLite caps bound parameters per statement
+            batch = ids[start : start + 900]
+            found.update(self._query(f"SELECT rowid, paper_id FROM chunks WHERE rowid IN ({_marks(batch)})", batch))
         return found
 
     def max_chunk_rowid(self) -> int:

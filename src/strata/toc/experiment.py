@@ -62,6 +62,7 @@ class StairJob(BaseModel):
     settings: TocSettings
     seed: int
     modes: list[Mode] = Field(default_factory=lambda: ["stair", "dsi"])
+    zero_shot: bool = Field(default=True, description="Also rank with the bare base model (constrained and free)")
     dev_limit: int = Field(default=300, description="Most dev questions per check (every n-th, deterministic)")
     inference_batch: int = Field(default=1, description="Questions per forward pass when ranking test questions")
 
@@ -115,8 +116,9 @@ def run_job(
             checkpoint(runs)
 
     stage("questions", partial(_questions_stage, runs, model, encoder, job, log))
-    stage(ZERO_SHOT, partial(_zero_shot_stage, runs, model, encoder, job, free=False))
-    stage(ZERO_SHOT_FREE, partial(_zero_shot_stage, runs, model, encoder, job, free=True))
+    if job.zero_shot:
+        stage(ZERO_SHOT, partial(_zero_shot_stage, runs, model, encoder, job, free=False))
+        stage(ZERO_SHOT_FREE, partial(_zero_shot_stage, runs, model, encoder, job, free=True))
     tries = {book.toc.paper_id: encoder.trie(book.toc) for book in job.books}
     for mode in job.modes:
         stage(mode, partial(_mode_stage, runs, model, encoder, job, mode, tries, adapter_dir, log, train_budget_s))
@@ -157,7 +159,9 @@ def _mode_stage(
     """Train the mode's adapter, save it and rank every test question with it; the base model is left bare."""
     train, dev = _examples(encoder, job, runs.splits, mode)
     log(f"{mode}: {len(train)} train and {len(dev)} dev questions")
-    peft_model, report = train_adapter(model, encoder, mode, train, dev, tries, job.settings, job.seed, log, budget_s)
+    peft_model, report = train_adapter(
+        model, encoder, mode, train, dev, tries, job.settings, job.seed, log, budget_s, job.inference_batch
+    )
     try:
         runs.train.append(report)
         if adapter_dir is not None:
@@ -217,37 +221,55 @@ def _run(
     free: bool,
     only_free: bool = False,
 ) -> MethodRun:
-    """Rank every test question on `prompt`'s input: trie-constrained beam search, plus free generation when `free`
-    (to measure hallucination); with `only_free` the free answer is the ranking (the unconstrained baseline)."""
     run_started = time.perf_counter()
     rankings: dict[str, LeafRanking] = {}
-    settings = job.settings
     for book in job.books:
-        toc, queries = book.toc, book.queries
-        prompts = [encoder.prompt_ids(encoder.prompt(prompt, toc, q.question)) for q in queries]
-        trie = encoder.trie(toc)
-        started = time.perf_counter()
-        ranked: Sequence[list[tuple[str, float]]] = (
-            [[] for _ in queries]
-            if only_free
-            else rank_prompts(model, encoder, prompts, trie, settings.top_k, settings.beam_width, job.inference_batch)
+        rankings.update(
+            rank_book(method, model, encoder, book, job.settings, prompt, free, job.inference_batch, only_free)
         )
-        # Room for the longest label and some more: enough to tell a leaf from a made-up or run-on answer.
-        room = max(len(tokens) for tokens in trie.sequences.values()) + FREE_EXTRA_TOKENS
-        texts = generate_texts(model, encoder, prompts, job.inference_batch, room) if free else None
-        each = (time.perf_counter() - started) / max(len(queries), 1)
-        for index, query in enumerate(queries):
-            leaves = [toc.entry(number).scored(score) for number, score in ranked[index]]
-            raw = texts[index] if texts is not None else None
-            named = match_generation(toc, raw) if raw is not None else None
-            if only_free and named is not None:
-                leaves = [named.scored(0.0)]
-            rankings[query.query_id] = LeafRanking(
-                query=query.question,
-                method=method,
-                leaves=leaves,
-                raw_output=raw,
-                hallucinated=raw is not None and named is None,
-                seconds=each,
-            )
     return MethodRun(method=method, rankings=rankings, seconds=time.perf_counter() - run_started)
+
+
+def rank_book(
+    method: str,
+    model: Any,
+    encoder: PromptEncoder,
+    book: BookJob,
+    settings: TocSettings,
+    prompt: Mode,
+    free: bool,
+    batch: int = 1,
+    only_free: bool = False,
+) -> dict[str, LeafRanking]:
+    """Rank a book's test questions (by query id) on `prompt`'s input: trie-constrained beam search, plus free
+    generation when `free` (to measure hallucination); with `only_free` the free answer is the ranking (the
+    unconstrained baseline)."""
+    toc, queries = book.toc, book.queries
+    prompts = [encoder.prompt_ids(encoder.prompt(prompt, toc, q.question)) for q in queries]
+    trie = encoder.trie(toc)
+    started = time.perf_counter()
+    ranked: Sequence[list[tuple[str, float]]] = (
+        [[] for _ in queries]
+        if only_free
+        else rank_prompts(model, encoder, prompts, trie, settings.top_k, settings.beam_width, batch)
+    )
+    # Room for the longest label and some more: enough to tell a leaf from a made-up or run-on answer.
+    room = max(len(tokens) for tokens in trie.sequences.values()) + FREE_EXTRA_TOKENS
+    texts = generate_texts(model, encoder, prompts, batch, room) if free else None
+    each = (time.perf_counter() - started) / max(len(queries), 1)
+    rankings: dict[str, LeafRanking] = {}
+    for index, query in enumerate(queries):
+        leaves = [toc.entry(number).scored(score) for number, score in ranked[index]]
+        raw = texts[index] if texts is not None else None
+        named = match_generation(toc, raw) if raw is not None else None
+        if only_free and named is not None:
+            leaves = [named.scored(0.0)]
+        rankings[query.query_id] = LeafRanking(
+            query=query.question,
+            method=method,
+            leaves=leaves,
+            raw_output=raw,
+            hallucinated=raw is not None and named is None,
+            seconds=each,
+        )
+    return rankings

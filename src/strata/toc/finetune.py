@@ -321,10 +321,13 @@ def train_adapter(
     seed: int,
     log: Log = print,
     budget_s: float | None = None,
+    dev_batch: int = 1,
 ) -> tuple[Any, TrainReport]:
     """Wrap `model` with a fresh LoRA adapter and train it; early stopping keeps the weights of the best dev R@1.
 
-    Training also ends, after one last dev check, once `budget_s` seconds have passed. Returns the peft model, which
+    Training also ends, after one last dev check, once `budget_s` seconds have passed. Dev questions are ranked
+    `dev_batch` at a time: 1 on a CPU, where one prompt at a time reuses the ToC's KV cache (a batch reads every
+    prompt's whole ToC again), more on a GPU. Returns the peft model, which
     shares the base model's modules: `.unload()` it before training another adapter (done here if training fails).
     """
     import torch
@@ -340,7 +343,9 @@ def train_adapter(
     torch.manual_seed(seed)
     peft_model = get_peft_model(model, config)
     try:
-        return peft_model, _train(peft_model, encoder, mode, train, dev, tries, settings, seed, log, budget_s)
+        return peft_model, _train(
+            peft_model, encoder, mode, train, dev, tries, settings, seed, log, budget_s, dev_batch
+        )
     except BaseException:
         peft_model.unload()
         raise
@@ -357,6 +362,7 @@ def _train(
     seed: int,
     log: Log,
     budget_s: float | None,
+    dev_batch: int,
 ) -> TrainReport:
     import torch
 
@@ -381,7 +387,7 @@ def _train(
         last = step >= max_steps or (budget_s is not None and time.perf_counter() - started > budget_s)
         if step % check_every == 0 or last:
             peft_model.eval()
-            r1 = dev_r1(peft_model, encoder, dev, tries, settings.batch_size * 2)
+            r1 = dev_r1(peft_model, encoder, dev, tries, dev_batch)
             checks.append(DevCheck(step=step, epoch=step / batches_per_epoch, dev_r1=r1, train_loss=_mean(losses)))
             log(f"{mode}: step {step}/{max_steps} loss {checks[-1].train_loss:.3f} dev R@1 {r1:.3f}")
             losses.clear()
@@ -524,8 +530,9 @@ def save_adapter(peft_model: Any, folder: Path, meta: AdapterMeta) -> None:
     (folder / ADAPTER_META).write_text(meta.model_dump_json(indent=2))
 
 
-def load_adapter(model: PreTrainedModel, folder: Path, base_identity: str) -> Any:
-    """The base model with a saved adapter; refuses an adapter trained on other base weights."""
+def load_adapter(model: PreTrainedModel, folder: Path, base_identity: str, mode: Mode | None = None) -> Any:
+    """The base model with a saved adapter; refuses an adapter trained on other base weights (or in another mode
+    than `mode`, when given)."""
     from peft import PeftModel
 
     meta_path = folder / ADAPTER_META
@@ -534,6 +541,8 @@ def load_adapter(model: PreTrainedModel, folder: Path, base_identity: str) -> An
     meta = AdapterMeta.model_validate(json.loads(meta_path.read_text()))
     if meta.base_model != base_identity:
         raise ValueError(f"{folder}: adapter was trained on {meta.base_model}, not on {base_identity}")
+    if mode is not None and meta.mode != mode:
+        raise ValueError(f"{folder}: a {meta.mode} adapter, not a {mode} one")
     peft_model = PeftModel.from_pretrained(model, str(folder))
     peft_model.eval()
     return peft_model

@@ -10,6 +10,8 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
+import numpy as np
+
 from strata.config import LLMSettings, Settings, TocSettings
 from strata.llm import LLMClient, Prompt, prompt_registry
 from strata.toc.model import DocumentToc, LeafRanking, TocEntry
@@ -35,6 +37,7 @@ class TocRetriever:
         self._tokens = client.backend if hasattr(client.backend, "next_token_logprobs") else None
         self._views: dict[tuple[str, str | None], list[TocView]] = {}
         self._tries: dict[tuple[str, ...], LabelTrie] = {}
+        self.constrained_steps = 0  # next-token evaluations of the trie search (untraced: not client calls)
 
     def rank(self, toc: DocumentToc, query: str, k: int | None = None) -> LeafRanking:
         """Top-k leaves by constrained log-probability."""
@@ -96,9 +99,14 @@ class TocRetriever:
             return ranked[:k]
         backend = self._tokens
         trie = self._trie(choices)
+
+        def next_token(answer: Sequence[int]) -> np.ndarray:
+            self.constrained_steps += 1
+            return backend.next_token_logprobs(prompt.system, prompt.user, answer)
+
         found = best_first(
             trie,
-            lambda answer: backend.next_token_logprobs(prompt.system, prompt.user, answer),
+            next_token,
             k,
             self.settings.beam_width,
             self.settings.max_expansions,

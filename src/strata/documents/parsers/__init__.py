@@ -10,6 +10,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Protocol
 
+from pydantic_core import PydanticSerializationError
 from strata.config import ParsingSettings
 from strata.documents.model import Paper
 
@@ -51,11 +52,35 @@ def iter_papers(path: Path | str, settings: ParsingSettings | None = None) -> It
         raise ParseError(path, "no parser accepts this file (supported: PDF, S2ORC JSON, GROBID TEI, JATS, "
                                "unarXive JSONL, BEIR corpus JSONL, OpenStax book folder)")
     try:
-        yield from parser.parse(path, settings or ParsingSettings())
+        for paper in parser.parse(path, settings or ParsingSettings()):
+            yield _storable(paper)
     except ParseError:
         raise
     except Exception as error:  # any library failure on hostile input becomes a per-file error
         raise ParseError(path, f"{parser.name} parser failed: {type(error).__name__}: {error}") from error
+
+
+def _storable(paper: Paper) -> Paper:
+    """`paper` with lone UTF-16 surrogates replaced by '?', one character for one so every span keeps its offsets.
+
+    JSON escapes such as '\\ud800' decode to them, and neither SQLite nor any JSON writer accepts them; left in, one
+    bad record would abort the whole ingest at the store.
+    """
+    try:
+        paper.model_dump_json()
+        return paper
+    except PydanticSerializationError:
+        return Paper.model_validate(_replace_surrogates(paper.model_dump()))
+
+
+def _replace_surrogates(value: object) -> object:
+    if isinstance(value, str):
+        return value.encode("utf-8", "replace").decode("utf-8")
+    if isinstance(value, (list, tuple)):
+        return type(value)(_replace_surrogates(item) for item in value)
+    if isinstance(value, dict):
+        return {key: _replace_surrogates(item) for key, item in value.items()}
+    return value
 
 
 def parse(path: Path | str, settings: ParsingSettings | None = None) -> Paper:

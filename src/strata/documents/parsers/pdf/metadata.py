@@ -32,6 +32,9 @@ def clean_metadata_title(raw: str | None) -> str:
     return title
 
 
+_MAX_TITLE_LINES = 12
+
+
 def printed_title(lines: list[Line], metadata_title: str) -> tuple[str, set[int]]:
     """The title and the indices of the lines printing it: the largest text near the top of the first pages."""
     candidates = [index for index, line in enumerate(lines) if line.page <= 2 and len(line.text) > 1]
@@ -40,12 +43,19 @@ def printed_title(lines: list[Line], metadata_title: str) -> tuple[str, set[int]
     best = max(candidates, key=lambda index: (lines[index].size, -index))
     size = lines[best].size
     page = lines[best].page
+    same_look = lambda index: (  # noqa: E731
+        index in candidates and abs(lines[index].size - size) < 0.5 and lines[index].page == page
+    )
     start = best
-    while start - 1 in candidates and abs(lines[start - 1].size - size) < 0.5 and lines[start - 1].page == page:
+    while best - start <= _MAX_TITLE_LINES and same_look(start - 1):
         start -= 1
     end = best + 1
-    while end in candidates and abs(lines[end].size - size) < 0.5 and lines[end].page == page:
+    while end - best <= _MAX_TITLE_LINES and same_look(end):
         end += 1
+    if end - start > _MAX_TITLE_LINES:
+        # A run of same-size lines this long is body text, not a title (and joining all of a huge page's lines took
+        # quadratic time).
+        return metadata_title, set()
     printed = join_lines([line.text for line in lines[start:end]])
     printed_key, metadata_key = match_key(printed), match_key(metadata_title)
     if metadata_title and printed_key.startswith(metadata_key) and len(printed) > len(metadata_title):

@@ -1,0 +1,242 @@
+"""CoRank benchmark: SciFact test nDCG@10 for the first stage, the trained cross-encoder, vanilla listwise, sliding
+window, CoRank and its two controls (token-equivalent truncated text, random draw from the pool), all over the same
+hybrid first stage and the embedded LLM; LLM calls and tokens per query; feature extraction cost and cache proof.
+
+    nice -n 10 python benchmarks/corank.py --queries 10 --pool 30 --fine-k 10 ...
+
+The SciFact store is opened read-only (default: the one benchmarks/retrieval.py or `strata eval retrieval` built
+under .strata/eval/); features and the cross-encoder go to --work. The LLM response cache (llm.cache) makes reruns
+cheap. Writes benchmarks/results/corank.json after every method, so a cut-short run keeps what it finished.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import time
+from pathlib import Path
+
+from strata.config import Settings
+from strata.documents.model import Ranking
+from strata.eval.beir import load_beir
+from strata.eval.retrieval import _strict_scores, evaluate_run
+from strata.llm import TraceSummary, make_client, tracing
+from strata.rerank.crossencoder import cross_encoder_source, train_cross_encoder
+from strata.rerank.factory import compact_features, make_reranker
+from strata.rerank.permutation import ParseErrors
+from strata.rerank.texts import PaperTexts
+from strata.retrieve.hybrid import open_searcher
+
+ROOT = Path(__file__).resolve().parent
+SCIFACT = ROOT.parent.parent / "shared" / "data" / "scifact" / "beir"
+STORE = ROOT.parent / ".strata" / "eval" / "scifact-ccca1f829cea-6046c948"
+METHODS = ["corank", "corank-truncated", "random-pool", "listwise", "cross-encoder", "sliding-window"]
+
+
+def arguments() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--store", type=Path, default=STORE, help="SciFact store home (read only)")
+    parser.add_argument("--work", type=Path, default=ROOT / "results" / "tmp" / "corank", help="features, model")
+    parser.add_argument("--output", type=Path, default=ROOT / "results" / "corank.json")
+    parser.add_argument("--queries", type=int, default=10, help="first N SciFact test queries (LLM methods)")
+    parser.add_argument("--ce-queries", type=int, default=100, help="queries for the cross-encoder vs BM25/hybrid")
+    parser.add_argument("--pool", type=int, default=200)
+    parser.add_argument("--fine-k", type=int, default=20)
+    parser.add_argument("--listwise-depth", type=int, default=20)
+    parser.add_argument("--sliding-depth", type=int, default=100)
+    parser.add_argument("--window", type=int, default=20)
+    parser.add_argument("--stride", type=int, default=10)
+    parser.add_argument("--passage-words", type=int, default=120)
+    parser.add_argument("--features-input-words", type=int, default=300)
+    parser.add_argument("--ce-depth", type=int, default=100)
+    parser.add_argument("--train-passages", type=int, default=120)
+    parser.add_argument("--no-train", action="store_true", help="skip the cross-encoder unless already trained")
+    parser.add_argument("--methods", nargs="*", default=METHODS, help="rerankers to run, in order")
+    parser.add_argument("--llm-threads", type=int, default=1, help="llm.n_threads (1 is faster on a busy machine)")
+    return parser.parse_args()
+
+
+def bench_settings(args: argparse.Namespace) -> Settings:
+    return Settings.load(
+        overrides={
+            "store.home": str(args.store),
+            "llm.n_threads": args.llm_threads,
+            "llm.n_threads_batch": 2,
+            "rerank.pool": args.pool,
+            "rerank.fine_k": args.fine_k,
+            "rerank.listwise_depth": args.listwise_depth,
+            "rerank.sliding_depth": args.sliding_depth,
+            "rerank.window": args.window,
+            "rerank.stride": args.stride,
+            "rerank.passage_words": args.passage_words,
+            "rerank.features_input_words": args.features_input_words,
+            "rerank.cross_encoder_depth": args.ce_depth,
+            "rerank.train_passages": args.train_passages,
+            "rerank.features_path": str(args.work / "features.sqlite3"),
+            "rerank.cross_encoder_dir": str(args.work / "cross-encoder"),
+        }
+    )
+
+
+class Bench:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.settings = bench_settings(args)
+        self.dataset = load_beir(SCIFACT)
+        self.result: dict = {
+            "dataset": "scifact test",
+            "machine": platform.platform(),
+            "caps": {name: value for name, value in vars(args).items() if name not in ("store", "work", "output")},
+            "rerank_settings": self.settings.rerank.model_dump(mode="json"),
+            "llm": {"model": self.settings.llm.model, "n_ctx": self.settings.llm.n_ctx},
+            "rows": [],
+        }
+
+    def save(self) -> None:
+        self.args.output.parent.mkdir(parents=True, exist_ok=True)
+        self.args.output.write_text(json.dumps(self.result, indent=2))
+
+    def qrels(self, query_ids: list[str]) -> dict[str, dict[str, int]]:
+        return {query_id: self.dataset.qrels[query_id] for query_id in query_ids}
+
+    def row(self, name: str, rankings: dict[str, Ranking], queries: int, **extra: object) -> None:
+        run = {query_id: _strict_scores(ranking) for query_id, ranking in rankings.items()}
+        metrics, _ = evaluate_run(run, self.qrels(list(rankings)))
+        row = {"method": name, "queries": queries, **{k: round(v, 4) for k, v in metrics.items()}, **extra}
+        self.result["rows"].append(row)
+        print(json.dumps(row), flush=True)
+        self.save()
+
+
+def main() -> None:
+    args = arguments()
+    args.work.mkdir(parents=True, exist_ok=True)
+    bench = Bench(args)
+    settings = bench.settings
+    queries = bench.dataset.queries[: args.queries]
+    ce_queries = bench.dataset.queries[: args.ce_queries]
+    depth = max(args.pool, args.sliding_depth, args.ce_depth, args.listwise_depth)
+    with open_searcher(settings) as searcher, make_client(settings) as client:
+        started = time.perf_counter()
+        hybrid = {query.id: searcher.search(query.text, k=depth) for query in ce_queries}
+        bm25 = {query.id: searcher.search(query.text, k=depth, method="bm25") for query in ce_queries}
+        bench.result["first_stage_seconds"] = time.perf_counter() - started
+        bench.row("bm25", bm25, len(ce_queries), set="ce")
+        bench.row("hybrid (first stage)", hybrid, len(ce_queries), set="ce")
+        capped = {query.id: hybrid[query.id] for query in queries}
+        bench.row("hybrid (first stage)", capped, len(queries), set="llm")
+
+        features(bench, searcher.store, client, capped)
+        for method in args.methods:
+            if method == "cross-encoder":
+                cross_encoder(bench, searcher, client, hybrid, bm25, capped)
+            else:
+                listwise_method(bench, searcher.store, client, method, queries, capped)
+    print_table(bench.result)
+
+
+def cross_encoder(bench: Bench, searcher, client, hybrid, bm25, capped) -> None:
+    settings = bench.settings
+    if cross_encoder_source(settings) is None:
+        if bench.args.no_train:
+            print("no trained cross-encoder under --work and --no-train given: cross-encoder rows skipped")
+            return
+        with tracing() as trace:
+            report = train_cross_encoder(settings, searcher.store, searcher, client)
+        bench.result["cross_encoder_training"] = {**report.model_dump(), "llm": trace.summary().model_dump()}
+        bench.save()
+    reranker = make_reranker(settings, searcher.store, method="cross-encoder")
+    for name, first, subset in (("hybrid", hybrid, "ce"), ("bm25", bm25, "ce"), ("hybrid", capped, "llm")):
+        started = time.perf_counter()
+        rankings = {query_id: reranker.rank(ranking.query, ranking) for query_id, ranking in first.items()}
+        seconds = (time.perf_counter() - started) / max(len(first), 1)
+        bench.row(f"{name} > cross-encoder", rankings, len(first), set=subset, seconds_per_query=round(seconds, 2))
+
+
+def features(bench: Bench, store, client, capped: dict[str, Ranking]) -> None:
+    """Extract features for every pooled candidate, then again from a fresh cache reader: the second pass must
+    make no LLM call."""
+    pool = [c.paper_id for ranking in capped.values() for c in ranking.candidates[: bench.args.pool]]
+    documents = len(set(pool))
+    passes = []
+    for attempt in ("first", "second"):
+        extractor = compact_features(bench.settings, PaperTexts(store), client)
+        with tracing() as trace:
+            report = extractor.ensure(pool)
+        summary = trace.summary()
+        fresh = max(summary.calls - summary.cache_hits, 0)
+        passes.append(
+            {
+                "pass": attempt,
+                **report.model_dump(exclude={"failed"}),
+                "failed": len(report.failed),
+                "llm": summary.model_dump(),
+                "per_document": {
+                    "llm_calls": summary.calls / max(report.extracted, 1),
+                    "tokens_in": summary.tokens_in / max(report.extracted, 1),
+                    "tokens_out": summary.tokens_out / max(report.extracted, 1),
+                    "seconds": report.seconds / max(report.extracted, 1),
+                    "uncached_llm_calls": fresh,
+                },
+            }
+        )
+        print(json.dumps(passes[-1]), flush=True)
+    bench.result["features"] = {"documents": documents, "passes": passes}
+    bench.save()
+
+
+def listwise_method(bench: Bench, store, client, method: str, queries, capped: dict[str, Ranking]) -> None:
+    reranker = make_reranker(bench.settings, store, client, method=method)
+    rankings: dict[str, Ranking] = {}
+    summaries: list[TraceSummary] = []
+    started = time.perf_counter()
+    for query in queries:
+        with tracing() as trace:
+            rankings[query.id] = reranker.rank(query.text, capped[query.id])
+        # feature extraction happened in its own phase; count only the ranking prompts here
+        summaries.append(_only_ranking(trace))
+    seconds = time.perf_counter() - started
+    total = TraceSummary.total(summaries)
+    errors: ParseErrors = reranker.llm.errors  # type: ignore[attr-defined]
+    n = max(len(queries), 1)
+    bench.row(
+        f"hybrid > {method}",
+        rankings,
+        len(queries),
+        set="llm",
+        llm_calls_per_query=round(total.calls / n, 2),
+        tokens_in_per_query=round(total.tokens_in / n, 1),
+        tokens_out_per_query=round(total.tokens_out / n, 1),
+        seconds_per_query=round(seconds / n, 1),
+        cache_hits=total.cache_hits,
+        parse_errors=errors.model_dump(),
+    )
+
+
+def _only_ranking(trace) -> TraceSummary:
+    from strata.llm import Trace
+
+    return Trace(calls=[call for call in trace.calls if call.prompt == "rerank_listwise"]).summary()
+
+
+def print_table(result: dict) -> None:
+    header = f"{'method':<34} {'set':<4} {'q':>4} {'nDCG@10':>8} {'R@10':>6} {'calls/q':>8} {'tok_in/q':>9} {'s/q':>6}"
+    print("\n" + header + "\n" + "-" * len(header))
+    for row in result["rows"]:
+        print(
+            f"{row['method']:<34} {row['set']:<4} {row['queries']:>4} {row['nDCG@10']:>8.4f} {row['R@10']:>6.3f} "
+            f"{row.get('llm_calls_per_query', 0):>8} {row.get('tokens_in_per_query', 0):>9} "
+            f"{row.get('seconds_per_query', 0):>6}"
+        )
+    if "features" in result:
+        first, second = result["features"]["passes"]
+        print(
+            f"\nfeatures: {result['features']['documents']} documents; first pass {first['extracted']} extracted, "
+            f"{first['per_document']['tokens_in']:.0f} tokens in / {first['per_document']['tokens_out']:.0f} out and "
+            f"{first['per_document']['seconds']:.1f}s per document; second pass {second['llm']['calls']} LLM calls"
+        )
+
+
+if __name__ == "__main__":
+    main()

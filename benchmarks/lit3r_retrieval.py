@@ -1,0 +1,253 @@
+"""Lit3R retriever benchmark: candidate-paper recall@1/@10/@50 of Retrieve (Ranking A) and Relate (A+B).
+
+    nice -n 10 python benchmarks/lit3r_retrieval.py --part no-llm            # every question, no LLM
+    nice -n 10 python benchmarks/lit3r_retrieval.py --part llm --llm-questions 10
+
+On SciFact test claims (BEIR qrels; gold = cited abstracts) and the LitQA2 questions over their 39 PDFs (gold = the
+PDF of the question's source DOI). Rows:
+  hybrid              plain hybrid BM25 + dense search (no PRF), the question as query
+  A                   Retrieve without an LLM: the question alone, hybrid + PRF, reranked (one round)
+  A+B, A+B -signal    ... plus Relate, and Relate with each of its three signals removed in turn
+  llm subset: ...     on a capped subset (half multi-gold where possible): the same rows, then 'A llm' rows with
+                      the embedded LLM's decomposition and verification (up to 3 rounds) before the same Relate rows
+Each Relate row reuses its question's retrieval run, so rows differ only in Relate. Recall@k is per question
+|gold ∩ top k| / |gold|, averaged; claims citing several abstracts are also reported alone (multi-gold).
+LLM calls/tokens per question come from the trace (cache hits included, and counted); wall times are per question.
+Stores are only read; paper vectors are cached under results/tmp/lit3r/. Results merge into
+benchmarks/results/lit3r_retrieval.json (rows replaced by dataset and name) and print as a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+from strata.config import Settings
+from strata.eval.datasets import EvalQuery, load_dataset
+from strata.llm import LLMClient, Trace, TraceSummary, make_client
+from strata.relate import expand_and_fuse
+from strata.rerank import make_reranker
+from strata.retrieve.hybrid import HybridSearcher, open_searcher
+from strata.retrieve.iterative import QuestionRetriever
+from strata.retrieve.rounds import RetrievalRun
+
+ROOT = Path(__file__).resolve().parent
+REPO = ROOT.parent
+DATA = REPO.parent / "shared" / "data"
+RESULTS = ROOT / "results"
+VECTOR_CACHE = RESULTS / "tmp" / "lit3r"
+STORES = {
+    "scifact": REPO / ".strata" / "eval" / "scifact-ccca1f829cea-6046c948",
+    "litqa2": REPO / ".strata" / "litqa2",
+}
+DATASETS = {"scifact": (DATA / "scifact" / "beir", "test"), "litqa2": (DATA / "litqa2", None)}
+KS = (1, 10, 50)
+SIGNALS = ("embedding", "references", "bm25")
+# Relate variants: row suffix -> relate settings
+RELATE_VARIANTS: dict[str, dict[str, object]] = {
+    "": {"relate.enabled": False},
+    "+B": {},
+    **{f"+B -{signal}": {f"relate.{signal}": False} for signal in SIGNALS},
+}
+
+
+class Row(BaseModel):
+    dataset: str
+    name: str
+    questions: int
+    recall: dict[str, float] = Field(description="recall@k over all questions, keys 'R@1', 'R@10', 'R@50'")
+    multi_gold_questions: int
+    multi_gold_recall: dict[str, float]
+    llm_calls_per_question: float = 0.0
+    llm_cache_hits_per_question: float = 0.0
+    tokens_in_per_question: float = 0.0
+    tokens_out_per_question: float = 0.0
+    retrieve_seconds_per_question: float = Field(description="Wall time of the retrieval loop (LLM included)")
+    relate_seconds_per_question: float = Field(default=0.0, description="Wall time of Relate and the fusion")
+    rounds_per_question: float = 1.0
+    reranker: str = "none"
+
+
+def recall(ids: Sequence[str], gold: dict[str, int], k: int) -> float:
+    return len(set(ids[:k]) & set(gold)) / len(gold)
+
+
+def summarise(dataset: str, name: str, queries: list[EvalQuery], rankings: list[list[str]], **extra: float) -> Row:
+    multi = [i for i, query in enumerate(queries) if len(query.gold_papers) > 1]
+
+    def mean_recall(indices: Sequence[int]) -> dict[str, float]:
+        return {
+            f"R@{k}": sum(recall(rankings[i], queries[i].gold_papers, k) for i in indices) / max(len(indices), 1)
+            for k in KS
+        }
+
+    return Row(
+        dataset=dataset,
+        name=name,
+        questions=len(queries),
+        recall=mean_recall(range(len(queries))),
+        multi_gold_questions=len(multi),
+        multi_gold_recall=mean_recall(multi),
+        **extra,
+    )
+
+
+def settings_for(dataset: str, **overrides: object) -> Settings:
+    return Settings.load(
+        overrides={
+            "store.home": str(STORES[dataset]),
+            "relate.paper_vector_cache": str(VECTOR_CACHE / dataset),
+            **overrides,
+        }
+    )
+
+
+def gold_in_store(queries: list[EvalQuery], searcher: HybridSearcher) -> list[EvalQuery]:
+    """Queries with their gold restricted to papers in the store (the LitQA2 loader names a gold PDF the way the PDF
+    parser names its paper); queries left without gold are dropped, and counted by the caller."""
+    ids = set(searcher.store.paper_ids())
+    kept = []
+    for query in queries:
+        gold = {paper_id: grade for paper_id, grade in query.gold_papers.items() if paper_id in ids}
+        if gold:
+            kept.append(query.model_copy(update={"gold_papers": gold}))
+    return kept
+
+
+def run_rows(
+    dataset: str,
+    queries: list[EvalQuery],
+    searcher: HybridSearcher,
+    client: LLMClient | None,
+    prefix: str,
+) -> list[Row]:
+    """Every Relate variant on one retrieval run per question (with `client`, or without an LLM)."""
+    base = settings_for(dataset)
+    reranker = make_reranker(base, searcher.store)  # the best offline reranker: cross-encoder if trained, else none
+    retriever = QuestionRetriever(searcher, reranker, base.retrieve, client, base.search.rrf_k)
+    runs: list[RetrievalRun] = []
+    traces: list[TraceSummary] = []
+    started = time.perf_counter()
+    for number, query in enumerate(queries, start=1):
+        trace = Trace()
+        runs.append(retriever.run(query.text, trace))
+        traces.append(trace.summary())
+        if client is not None:
+            print(f"  {dataset} {prefix} {number}/{len(queries)} rounds={len(runs[-1].rounds)} "
+                  f"{runs[-1].stop_reason} {time.perf_counter() - started:.0f}s", file=sys.stderr, flush=True)
+    retrieve_seconds = (time.perf_counter() - started) / len(queries)
+    total = TraceSummary.total(traces)
+    llm = {
+        "llm_calls_per_question": total.calls / len(queries),
+        "llm_cache_hits_per_question": total.cache_hits / len(queries),
+        "tokens_in_per_question": total.tokens_in / len(queries),
+        "tokens_out_per_question": total.tokens_out / len(queries),
+        "retrieve_seconds_per_question": retrieve_seconds,
+        "rounds_per_question": sum(len(run.rounds) for run in runs) / len(runs),
+        "reranker": reranker.name,
+    }
+    rows = []
+    for suffix, overrides in RELATE_VARIANTS.items():
+        settings = settings_for(dataset, **overrides)
+        started = time.perf_counter()
+        rankings = [expand_and_fuse(run, searcher=searcher, settings=settings).candidates.paper_ids for run in runs]
+        relate_seconds = (time.perf_counter() - started) / len(queries)
+        rows.append(summarise(dataset, f"{prefix}{suffix}", queries, rankings, relate_seconds_per_question=relate_seconds, **llm))
+        print(format_row(rows[-1]), file=sys.stderr, flush=True)
+    return rows
+
+
+def hybrid_row(dataset: str, queries: list[EvalQuery], searcher: HybridSearcher) -> Row:
+    started = time.perf_counter()
+    rankings = [searcher.search(query.text, k=max(KS), method="hybrid", prf=False).paper_ids for query in queries]
+    seconds = (time.perf_counter() - started) / len(queries)
+    return summarise(dataset, "hybrid", queries, rankings, retrieve_seconds_per_question=seconds)
+
+
+def llm_subset(queries: list[EvalQuery], cap: int) -> list[EvalQuery]:
+    """At most `cap` questions, half of them (when there are enough) with several gold papers: the case Relate is
+    for; each half in dataset order."""
+    multi = [query for query in queries if len(query.gold_papers) > 1][: cap // 2]
+    single = [query for query in queries if len(query.gold_papers) == 1][: cap - len(multi)]
+    chosen = {query.id for query in multi + single}
+    return [query for query in queries if query.id in chosen]
+
+
+def evaluate(dataset: str, llm_cap: int, part: str) -> tuple[list[Row], dict[str, int]]:
+    folder, split = DATASETS[dataset]
+    loaded = load_dataset(folder, split=split)
+    with open_searcher(settings_for(dataset)) as searcher:
+        judged = [q for q in loaded.queries if q.gold_papers]
+        queries = gold_in_store(judged, searcher)
+        print(f"{dataset}: {len(queries)} questions with gold in the store", file=sys.stderr, flush=True)
+        counts = {"questions": len(queries), "questions_without_gold_in_store": len(judged) - len(queries)}
+        if part == "no-llm":
+            return [hybrid_row(dataset, queries, searcher), *run_rows(dataset, queries, searcher, None, "A")], counts
+        subset = llm_subset(queries, llm_cap)
+        counts["llm_questions"] = len(subset)
+        with make_client(Settings.load()) as client:
+            rows = [hybrid_row(dataset, subset, searcher).model_copy(update={"name": "llm subset: hybrid"})]
+            rows += run_rows(dataset, subset, searcher, None, "llm subset: A no-llm")
+            rows += run_rows(dataset, subset, searcher, client, "llm subset: A llm")
+        return rows, counts
+
+
+def format_row(row: Row) -> str:
+    recall_text = " ".join(f"{row.recall[f'R@{k}']:.3f}" for k in KS)
+    multi_text = " ".join(f"{row.multi_gold_recall[f'R@{k}']:.3f}" for k in KS) if row.multi_gold_questions else "  -"
+    return (
+        f"{row.dataset:<8} {row.name:<34} {row.questions:>4}  {recall_text}  | {row.multi_gold_questions:>3} "
+        f"{multi_text}  | {row.llm_calls_per_question:>5.1f} {row.tokens_in_per_question:>7.0f} "
+        f"{row.tokens_out_per_question:>5.0f} {row.retrieve_seconds_per_question:>7.2f} "
+        f"{row.relate_seconds_per_question:>6.2f}"
+    )
+
+
+HEADER = (
+    f"{'dataset':<8} {'row':<34} {'n':>4}  R@1   R@10  R@50   | multi-gold n R@1 R@10 R@50 | calls tok_in "
+    f"tok_out ret_s rel_s"
+)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--datasets", nargs="+", default=list(DATASETS), choices=list(DATASETS))
+    parser.add_argument("--part", choices=["no-llm", "llm"], default="no-llm",
+                        help="no-llm: every question, no LLM; llm: the capped subset, with and without the LLM")
+    parser.add_argument("--llm-questions", type=int, default=10, help="Questions per dataset in the LLM rows")
+    parser.add_argument("--output", type=Path, default=RESULTS / "lit3r_retrieval.json")
+    args = parser.parse_args()
+    results = {dataset: evaluate(dataset, args.llm_questions, args.part) for dataset in args.datasets}
+    # Rows of earlier runs (other parts or datasets) are kept; rows of this run replace theirs by (dataset, name).
+    output = json.loads(args.output.read_text()) if args.output.is_file() else {"datasets": {}}
+    for dataset, (rows, counts) in results.items():
+        entry = output["datasets"].setdefault(dataset, {"rows": []})
+        entry.update(counts)
+        names = {row.name for row in rows}
+        entry["rows"] = [row for row in entry["rows"] if row["name"] not in names] + [r.model_dump() for r in rows]
+    settings = Settings.load()
+    output.update(
+        benchmark="lit3r_retrieval",
+        machine={"python": platform.python_version(), "processor": platform.processor() or platform.machine(),
+                 "note": "2 shared CPU cores, heavily loaded by parallel jobs: wall times are upper bounds"},
+        llm={"backend": settings.llm.backend, "model": settings.llm.model, "cache": settings.llm.cache},
+        settings={"retrieve": settings.retrieve.model_dump(mode="json"),
+                  "relate": settings.relate.model_dump(mode="json", exclude={"paper_vector_cache"})},
+    )
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps(output, indent=2) + "\n")
+    print(HEADER)
+    for entry in output["datasets"].values():
+        for row in entry["rows"]:
+            print(format_row(Row.model_validate(row)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,140 @@
+"""Load test of the HTTP API on loopback: N concurrent /search clients for a fixed time against `strata serve`.
+
+    python benchmarks/load.py --home .strata/litqa2 [--clients 50] [--seconds 30] [--method hybrid]
+
+The server runs as its own process (`strata serve` on 127.0.0.1 and a free port), so that it and the clients do
+not share one interpreter lock. Queries are the LitQA2 questions, cycled. Bounded: the clients stop at the deadline,
+the server is stopped at the end. Writes benchmarks/results/load.json and prints a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent
+QUESTIONS = ROOT.parent.parent / "shared" / "data" / "litqa2" / "questions.jsonl"
+STARTUP_TIMEOUT_S = 300  # the server loads the query encoder before it answers
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def start_server(home: Path, port: int) -> subprocess.Popen:
+    command = [sys.executable, "-m", "strata.cli", "serve", "--host", "127.0.0.1", "--port", str(port),
+               "--store.home", str(home)]
+    return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def wait_until_healthy(url: str, server: subprocess.Popen) -> dict:
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            raise RuntimeError(f"the server exited with {server.returncode}: {server.stderr.read()[-2000:]}")
+        try:
+            return httpx.get(f"{url}/health", timeout=5).json()
+        except httpx.TransportError:
+            time.sleep(0.5)
+    raise TimeoutError(f"the server at {url} was not healthy within {STARTUP_TIMEOUT_S}s")
+
+
+async def run_clients(url: str, queries: list[str], clients: int, seconds: float, method: str, k: int) -> dict:
+    latencies: list[float] = []
+    errors: dict[str, int] = {}
+    methods: set[str] = set()
+    deadline = time.monotonic() + seconds
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+
+    async def client_loop(worker: int, http: httpx.AsyncClient) -> None:
+        turn = worker
+        while time.monotonic() < deadline:
+            query = queries[turn % len(queries)]
+            turn += clients
+            started = time.perf_counter()
+            try:
+                response = await http.get("/search", params={"q": query, "k": k, "method": method})
+                if response.status_code != 200:
+                    errors[f"HTTP {response.status_code}"] = errors.get(f"HTTP {response.status_code}", 0) + 1
+                    continue
+                methods.add(response.json()["method"])
+            except httpx.HTTPError as error:
+                errors[type(error).__name__] = errors.get(type(error).__name__, 0) + 1
+                continue
+            latencies.append(time.perf_counter() - started)
+
+    started = time.monotonic()
+    async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits) as http:
+        await asyncio.gather(*(client_loop(worker, http) for worker in range(clients)))
+    elapsed = time.monotonic() - started
+    ms = np.array(latencies) * 1000 if latencies else np.zeros(1)
+    return {
+        "requests_ok": len(latencies),
+        "errors": sum(errors.values()),
+        "error_kinds": errors,
+        "elapsed_s": round(elapsed, 2),
+        "throughput_rps": round(len(latencies) / elapsed, 2),
+        "latency_ms": {name: round(float(np.percentile(ms, q)), 1) for name, q in
+                       (("p50", 50), ("p95", 95), ("p99", 99), ("max", 100))},
+        "search_methods_served": sorted(methods),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--home", default=".strata/litqa2", help="store home to serve")
+    parser.add_argument("--clients", type=int, default=50)
+    parser.add_argument("--seconds", type=float, default=30.0)
+    parser.add_argument("--method", choices=["bm25", "dense", "hybrid"], default="hybrid")
+    parser.add_argument("--k", type=int, default=10)
+    parser.add_argument("--output", default=str(ROOT / "results" / "load.json"))
+    args = parser.parse_args()
+
+    queries = [json.loads(line)["question"] for line in QUESTIONS.read_text().splitlines() if line.strip()]
+    url = f"http://127.0.0.1:{free_port()}"
+    server = start_server(Path(args.home), int(url.rsplit(":", 1)[1]))
+    try:
+        health = wait_until_healthy(url, server)
+        outcome = asyncio.run(run_clients(url, queries, args.clients, args.seconds, args.method, args.k))
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    result = {
+        "command": " ".join(["python", "benchmarks/load.py", *sys.argv[1:]]),
+        "clients": args.clients,
+        "seconds": args.seconds,
+        "method": args.method,
+        "k": args.k,
+        "queries": len(queries),
+        "corpus": {"papers": health["corpus"]["papers"], "chunks": health["corpus"]["chunks"]},
+        **outcome,
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
+                    "note": "2 cores shared with other jobs while measured: compare ratios, not absolutes"},
+    }
+    Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.output).write_text(json.dumps(result, indent=2) + "\n")
+    latency = result["latency_ms"]
+    header = ("clients", "seconds", "ok", "errors", "req/s", "p50 ms", "p95 ms", "p99 ms")
+    print(" ".join(f"{name:>8}" for name in header))
+    print(f"{args.clients:>8} {args.seconds:>8.0f} {result['requests_ok']:>8} {result['errors']:>8} "
+          f"{result['throughput_rps']:>8.1f} {latency['p50']:>8.1f} {latency['p95']:>8.1f} {latency['p99']:>8.1f}")
+    print(f"served: {', '.join(result['search_methods_served'])} over {result['corpus']['papers']} papers; "
+          f"written to {args.output}")
+    return 1 if result["errors"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,143 @@
+"""Read benchmark: `ask` (Retrieve -> Relate -> Read) with the embedded model on LitQA2 and SciFact dev claims.
+
+    nice -n 10 python benchmarks/read.py [--litqa2-limit N] [--scifact-limit N] [--max-papers N]
+
+LitQA2: the multiple-choice questions over their 39 PDFs (store built by `strata ingest` at .strata/litqa2):
+accuracy, precision (correct / answered), coverage, the gold paper among the cited papers, evidence overlap with the
+key passage. SciFact: dev claims that have rationales (capped), asked as text questions over the BEIR corpus store:
+precision / recall / F1 of the quoted evidence sentences against the rationale sentences. Both stores are only read;
+Relate's paper-vector cache goes to benchmarks/results/tmp/. Writes benchmarks/results/read.json and prints a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+from pathlib import Path
+
+from strata.config import Settings
+from strata.eval.qa import QAEvalResult, QAPrediction, run_qa_eval
+
+ROOT = Path(__file__).resolve().parent
+REPO = ROOT.parent
+DATA = REPO.parent / "shared" / "data"
+RESULTS = ROOT / "results"
+WORK = RESULTS / "tmp" / "read"
+LITQA2_STORE = REPO / ".strata" / "litqa2"
+SCIFACT_STORE = REPO / ".strata" / "eval" / "scifact-ccca1f829cea-6046c948"
+
+
+# SciFact's 5,183 abstracts would all be embedded once for Relate's paper-vector signal (minutes on shared cores);
+# its claims are single-paper, so Relate runs on its BM25 signal alone there. The LitQA2 store's dense index was
+# still being built when this benchmark ran, so its first stage is BM25 alone (hybrid falls back to it).
+RUN_OVERRIDES = {"scifact": {"relate.embedding": False}, "litqa2": {"index.dense": False}}
+
+
+def settings_for(name: str, args: argparse.Namespace) -> Settings:
+    return Settings.load(
+        overrides={
+            **RUN_OVERRIDES[name],
+            "read.max_papers": args.max_papers,
+            "read.passages_per_paper": args.passages,
+            "read.max_evidence": args.max_evidence,
+            "read.llm_retrieval": args.llm_retrieval,
+            "relate.paper_vector_cache": str(WORK / f"relate-{name}"),
+            "llm.n_threads": 1,  # the benchmark shares two cores with other work
+            "llm.n_threads_batch": 2,
+        }
+    )
+
+
+def show(prediction: QAPrediction) -> None:
+    verdict = "" if prediction.correct is None else ("right" if prediction.choice == prediction.correct else "wrong")
+    print(
+        f"  {prediction.query_id[:12]:<12} {verdict or '-':<5} answered={prediction.choice is not None} "
+        f"accepted={len(prediction.accepted_papers)}/{len(prediction.read_papers)} cited={prediction.cited_papers} "
+        f"gold={prediction.gold_papers} {prediction.seconds:.0f}s",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
+def summary(result: QAEvalResult, args: argparse.Namespace, name: str) -> dict:
+    return {
+        "caps": {
+            "max_papers": args.max_papers,
+            "passages_per_paper": args.passages,
+            "max_evidence": args.max_evidence,
+            "llm_retrieval": args.llm_retrieval,
+            "limit": result.limit,
+            "overrides": RUN_OVERRIDES[name],
+        },
+        "models": {
+            "llm_backend": result.llm_backend, "llm_model": result.llm_model, "embedding": result.embedding_model
+        },
+        "questions": result.queries,
+        "limit": result.limit,
+        "metrics": result.metrics,
+        "llm_calls": result.llm.calls,
+        "llm_tokens_in": result.llm.tokens_in,
+        "llm_tokens_out": result.llm.tokens_out,
+        "llm_cache_hits": result.llm.cache_hits,
+        "wall_s": result.wall_s,
+        "seconds_per_question": result.wall_s / max(result.queries, 1),
+        "dataset_fingerprint": result.dataset_fingerprint,
+        "result_file": result.result_file,
+    }
+
+
+def table(results: dict[str, dict]) -> str:
+    lines = [f"{'dataset':<10} {'n':>3}  metrics", "-" * 100]
+    for name, row in results.items():
+        metrics = "  ".join(f"{key} {value:.3f}" for key, value in row["metrics"].items())
+        lines.append(f"{name:<10} {row['questions']:>3}  {metrics}")
+        lines.append(
+            f"{'':<14} {row['llm_calls']} LLM calls, {row['llm_tokens_in']} tokens in, {row['llm_tokens_out']} out, "
+            f"{row['seconds_per_question']:.0f} s/question"
+        )
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--litqa2-limit", type=int, default=23, help="LitQA2 questions (all 23 by default)")
+    parser.add_argument("--scifact-limit", type=int, default=10, help="SciFact dev claims with rationales")
+    parser.add_argument("--max-papers", type=int, default=3, help="papers read per question")
+    parser.add_argument("--max-evidence", type=int, default=4, help="evidence passages given to synthesis")
+    parser.add_argument("--passages", type=int, default=2, help="passages shown per paper")
+    parser.add_argument("--llm-retrieval", action=argparse.BooleanOptionalAction, default=False,
+                        help="let Retrieve decompose and verify with the LLM (slow on 2 shared cores)")
+    args = parser.parse_args()
+    WORK.mkdir(parents=True, exist_ok=True)
+    results: dict[str, dict] = {}
+    runs = [
+        ("scifact", DATA / "scifact" / "original", "dev", args.scifact_limit, SCIFACT_STORE),
+        ("litqa2", DATA / "litqa2", None, args.litqa2_limit, LITQA2_STORE),
+    ]
+    for name, folder, split, limit, store in runs:
+        if limit <= 0:
+            continue
+        print(f"{name}: {limit} questions", file=sys.stderr, flush=True)
+        result = run_qa_eval(
+            settings_for(name, args), folder, split=split, limit=limit, output_dir=WORK, store_home=store,
+            progress=show,
+        )
+        results[name] = summary(result, args, name)
+    # Datasets run separately (one per invocation on a busy machine) keep each other's entries.
+    path = RESULTS / "read.json"
+    earlier = json.loads(path.read_text(encoding="utf-8"))["results"] if path.is_file() else {}
+    output = {
+        "machine": {"platform": platform.platform(), "python": platform.python_version()},
+        "scifact_selection": "the first dev claims (file order) that have rationale sentences",
+        "results": earlier | results,
+    }
+    RESULTS.mkdir(exist_ok=True)
+    path.write_text(json.dumps(output, indent=2), encoding="utf-8")
+    print(table(output["results"]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,344 @@
+"""Scale benchmark: index build and hybrid search at 100k+ chunks, and SciFact quality on both store backends.
+
+    nice -n 10 python benchmarks/scale.py [--sizes 100000 500000] [--queries 100] [--skip-backends] [--skip-scale]
+
+Scale part: a corpus of real SciFact sentences recombined into chunks (strata.eval.scale_corpus; vectors derived from
+the real SciFact embeddings, see there) is streamed into a SQLite store and indexed (tantivy + faiss, HNSW above
+index.hnsw_above), each size in its own process so peak RSS is that size's. Then the first `--queries` SciFact test
+claims are searched, alternating Strata's hybrid search with tantivy + faiss called directly (same indices, same query
+vectors, reciprocal rank fusion and a paper roll-up written inline), so both see the same machine load.
+
+Backends part: the SciFact store built by benchmarks/retrieval.py (SQLite + tantivy + faiss) is copied into
+PostgreSQL + pgvector with its vectors (no re-embedding) and both are scored on the 300 test claims.
+
+Writes benchmarks/results/scale.json and prints a table. Work folders go to benchmarks/results/tmp/scale/ (ignored).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from strata.config import Settings
+from strata.eval.beir import load_beir
+from strata.eval.retrieval import evaluate_run
+from strata.eval.scale_corpus import ScaleCorpus, SourceText
+from strata.index import CorpusIndex
+from strata.index.migrate import migrate, vectors_from
+from strata.retrieve.fusion import reciprocal_rank_fusion
+from strata.retrieve.hybrid import HybridSearcher
+from strata.store import open_store
+from strata.store.sqlite import CorpusStore
+
+ROOT = Path(__file__).resolve().parent
+REPO = ROOT.parent
+SCIFACT = REPO.parent / "shared" / "data" / "scifact" / "beir"
+RESULTS = ROOT / "results"
+WORK = RESULTS / "tmp" / "scale"
+CHUNKS_PER_PAPER = 93  # Lit3R: 2,564,545 chunks over 27,487 papers
+K = 10
+
+
+def scifact_store_home() -> Path:
+    """The SciFact store benchmarks/retrieval.py and `strata eval` build (SQLite + tantivy + faiss)."""
+    found = sorted((REPO / ".strata" / "eval").glob("scifact-*"))
+    if not found:
+        sys.exit("no SciFact store under .strata/eval: run `python benchmarks/retrieval.py` first")
+    return found[0]
+
+
+def load_source() -> SourceText:
+    home = scifact_store_home()
+    settings = Settings.load(overrides={"store.home": str(home)})
+    store = CorpusStore(home / "corpus.sqlite3")
+    stored, after = [], 0
+    while batch := store.chunks_after(after, limit=5000):
+        stored.extend(batch)
+        after = batch[-1].rowid
+    vectors = vectors_from(store, CorpusIndex(store, settings).dense)(stored)
+    return SourceText.from_chunks([s.chunk.text for s in stored], vectors, [s.paper_title for s in stored])
+
+
+def folder_bytes(folder: Path) -> int:
+    return sum(path.stat().st_size for path in folder.rglob("*") if path.is_file())
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
+
+
+# one size, in a child process
+
+
+def build_and_search(chunks: int, queries: int) -> dict[str, object]:
+    home = WORK / f"chunks-{chunks}"
+    subprocess.run(["rm", "-rf", str(home)], check=True)
+    settings = Settings.load(overrides={"store.home": str(home)})
+    corpus = ScaleCorpus(load_source(), papers=chunks // CHUNKS_PER_PAPER, chunks_per_paper=CHUNKS_PER_PAPER)
+    rss_before = peak_rss_mb()
+    started = time.perf_counter()
+    store = CorpusStore(home / "corpus.sqlite3")
+    for paper in corpus.iter_papers():
+        store.put_paper(paper, "scale")
+    store_seconds = time.perf_counter() - started
+    report = CorpusIndex(store, settings).sync(vectors_of=corpus.vectors_of)
+    build = {
+        "chunks": corpus.chunks,
+        "papers": corpus.papers,
+        "store_seconds": store_seconds,
+        "bm25_seconds": report.bm25_seconds,
+        "dense_seconds": report.dense_seconds,
+        "build_seconds": store_seconds + report.bm25_seconds + report.dense_seconds,
+        "dense_kind": "hnsw" if corpus.chunks > settings.index.hnsw_above else "flat",
+        "peak_rss_mb": peak_rss_mb(),
+        "source_rss_mb": rss_before,
+        "load_average_1min": os.getloadavg()[0],
+        "disk_mb": folder_bytes(home) / 2**20,
+        "disk_mb_by_part": {
+            "sqlite": sum(p.stat().st_size for p in home.glob("corpus.sqlite3*")) / 2**20,
+            "tantivy": folder_bytes(home / "index" / "bm25") / 2**20,
+            "faiss": folder_bytes(home / "index" / "dense") / 2**20,
+        },
+    }
+    store.close()
+    return {"build": build, "search": measure_search(home, settings, queries)}
+
+
+def measure_search(home: Path, settings: Settings, queries: int) -> dict[str, object]:
+    claims = [query.text for query in load_beir(SCIFACT).queries[:queries]]
+    store = CorpusStore(home / "corpus.sqlite3")
+    searcher = HybridSearcher(store, CorpusIndex(store, settings), settings.search)
+    started = time.perf_counter()
+    query_vectors = {text: searcher.index.dense.embedder.embed_query(text) for text in claims}
+    embed_ms = (time.perf_counter() - started) * 1000 / len(claims)
+    # Both sides get the same precomputed query vectors: the ratio compares search, not the encoder.
+    searcher.index.dense.embedder.embed_query = query_vectors.__getitem__  # type: ignore[method-assign]
+    direct = DirectSearch(home, settings, query_vectors)
+    strata_ms, direct_ms, overlap = [], [], []
+    for text in claims[:5]:  # warm caches and lazy loads
+        searcher.search(text, K)
+        direct.search(text)
+    for text in claims:
+        started = time.perf_counter()
+        ranking = searcher.search(text, K)
+        strata_ms.append((time.perf_counter() - started) * 1000)
+        started = time.perf_counter()
+        papers = direct.search(text)
+        direct_ms.append((time.perf_counter() - started) * 1000)
+        overlap.append(len(set(ranking.paper_ids) & set(papers)) / max(len(papers), 1))
+    store.close()
+    p = lambda values, q: float(np.percentile(values, q))  # noqa: E731
+    return {
+        "queries": len(claims),
+        "strata_p50_ms": p(strata_ms, 50),
+        "strata_p95_ms": p(strata_ms, 95),
+        "direct_p50_ms": p(direct_ms, 50),
+        "direct_p95_ms": p(direct_ms, 95),
+        "ratio_p50": p(strata_ms, 50) / p(direct_ms, 50),
+        "ratio_p95": p(strata_ms, 95) / p(direct_ms, 95),
+        "top10_paper_overlap": float(np.mean(overlap)),
+        "query_embedding_ms": embed_ms,
+        "depth": settings.search.depth,
+        "load_average_1min": os.getloadavg()[0],  # the machine is shared: read latencies against this
+    }
+
+
+class DirectSearch:
+    """tantivy + faiss called directly on Strata's index files: BM25 and vector top-`depth`, RRF, papers from SQLite."""
+
+    def __init__(self, home: Path, settings: Settings, query_vectors: dict[str, np.ndarray]) -> None:
+        import faiss
+        import tantivy
+
+        from strata.index.bm25 import ANALYZER, _schema, english_analyzer
+
+        self.depth, self.rrf_k = settings.search.depth, settings.search.rrf_k
+        self.tantivy = tantivy.Index(_schema(), path=str(home / "index" / "bm25"), reuse=True)
+        self.tantivy.register_tokenizer(ANALYZER, english_analyzer())
+        self.searcher = self.tantivy.searcher()
+        state = json.loads((home / "index" / "dense" / "state.json").read_text())
+        self.faiss = faiss.read_index(str(home / "index" / "dense" / state["vectors_file"]))
+        inner = faiss.downcast_index(self.faiss.index)
+        if isinstance(inner, faiss.IndexHNSW):
+            inner.hnsw.efSearch = max(settings.index.hnsw_ef_search, self.depth)
+        self.db = sqlite3.connect(home / "corpus.sqlite3")
+        self.query_vectors = query_vectors
+
+    def search(self, text: str) -> list[str]:
+        query, _ = self.tantivy.parse_query_lenient(text, ["text", "title"])
+        hits = self.searcher.search(query, self.depth).hits
+        lexical = self.searcher.fast_field_values("rowid", [address for _, address in hits])
+        _, ids = self.faiss.search(self.query_vectors[text].reshape(1, -1), self.depth)
+        fused = [rowid for rowid, _ in reciprocal_rank_fusion([list(lexical), [int(i) for i in ids[0] if i >= 0]],
+                                                              k=self.rrf_k)]
+        papers: list[str] = []
+        for start in range(0, len(fused), 100):
+            page = fused[start : start + 100]
+            rows = dict(self.db.execute(
+                f"SELECT rowid, paper_id FROM chunks WHERE rowid IN ({','.join('?' * len(page))})", page
+            ).fetchall())
+            for rowid in page:
+                if rowid in rows and rows[rowid] not in papers:
+                    papers.append(rows[rowid])
+            if len(papers) >= K:
+                return papers[:K]
+        return papers
+
+
+# SciFact on both backends
+
+
+def compare_backends() -> dict[str, object]:
+    source_home = scifact_store_home()
+    source_settings = Settings.load(overrides={"store.home": str(source_home)})
+    target_settings = Settings.load(
+        overrides={"store.home": str(WORK / "scifact-postgres"), "store.backend": "postgres"}
+    )
+    dataset = load_beir(SCIFACT)
+    source, target = CorpusStore(source_home / "corpus.sqlite3"), open_store(target_settings)
+    source_index, target_index = CorpusIndex(source, source_settings), CorpusIndex(target, target_settings)
+    migrate_seconds = 0.0
+    if target.stats().chunks != source.stats().chunks:
+        started = time.perf_counter()
+        migrate(source, source_index, target, target_index)
+        migrate_seconds = time.perf_counter() - started
+    results: dict[str, object] = {"queries": len(dataset.queries), "migrate_seconds": migrate_seconds}
+    for backend, store, index, settings in [
+        ("sqlite", source, source_index, source_settings),
+        ("postgres", target, target_index, target_settings),
+    ]:
+        searcher = HybridSearcher(store, index, settings.search)
+        searcher.index.dense.embedder.embed_query("warm-up")
+        for method in ("bm25", "dense", "hybrid"):
+            run, latencies = {}, []
+            for query in dataset.queries:
+                started = time.perf_counter()
+                ranking = searcher.search(query.text, 100, method)
+                latencies.append((time.perf_counter() - started) * 1000)
+                run[query.id] = {c.paper_id: c.score for c in ranking.candidates}
+            ndcg = evaluate_run(run, dataset.qrels)[0]["nDCG@10"]
+            results[f"{backend}/{method}"] = {
+                "nDCG@10": ndcg, "p50_ms": float(np.percentile(latencies, 50)),
+                "p95_ms": float(np.percentile(latencies, 95)),
+            }
+            print(f"  {backend} {method}: nDCG@10 {ndcg:.4f}", file=sys.stderr)
+    for method in ("bm25", "dense", "hybrid"):
+        results[f"delta/{method}"] = results[f"postgres/{method}"]["nDCG@10"] - results[f"sqlite/{method}"]["nDCG@10"]
+    return results
+
+
+# driver
+
+
+def run_size(chunks: int, queries: int, search_only: bool) -> dict[str, object]:
+    """One size in a fresh process (its peak RSS is that size's alone), niced like the rest."""
+    command = [sys.executable, __file__, "--child", str(chunks), "--queries", str(queries)]
+    command += ["--search-only"] if search_only else []
+    completed = subprocess.run(command, capture_output=True, text=True)
+    if completed.returncode != 0:
+        raise RuntimeError(f"scale run at {chunks} chunks failed:\n{completed.stderr[-3000:]}")
+    return json.loads(completed.stdout.strip().splitlines()[-1])
+
+
+def extrapolate(measured: list[dict[str, object]], chunks: int) -> dict[str, float]:
+    """Linear growth from the two largest measured sizes (an estimate, labelled as such in the output)."""
+    low, high = measured[-2]["build"], measured[-1]["build"]
+    scale = (chunks - high["chunks"]) / (high["chunks"] - low["chunks"])
+    grow = lambda key: high[key] + (high[key] - low[key]) * scale  # noqa: E731
+    return {"chunks": chunks, "build_seconds": grow("build_seconds"), "peak_rss_mb": grow("peak_rss_mb"),
+            "disk_mb": grow("disk_mb")}
+
+
+def table(results: dict[str, object]) -> str:
+    lines = [
+        "| chunks | dense | build s | s / 1k chunks | peak RSS MB | disk MB | Strata p50 / p95 ms | direct p50 / p95 ms"
+        " | ratio p50 / p95 |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for entry in results.get("sizes", []):
+        b, s = entry["build"], entry["search"]
+        per_1k = 1000 * b["build_seconds"] / b["chunks"]
+        lines.append(
+            f"| {b['chunks']:,} | {b['dense_kind']} | {b['build_seconds']:.0f} | {per_1k:.2f} | {b['peak_rss_mb']:.0f}"
+            f" | {b['disk_mb']:.0f} | {s['strata_p50_ms']:.1f} / {s['strata_p95_ms']:.1f}"
+            f" | {s['direct_p50_ms']:.1f} / {s['direct_p95_ms']:.1f} | {s['ratio_p50']:.2f} / {s['ratio_p95']:.2f} |"
+        )
+    if "extrapolated" in results:
+        e = results["extrapolated"]
+        lines.append(
+            f"| {e['chunks']:,} EXTRAPOLATED (linear from the two largest sizes, not measured) | hnsw"
+            f" | ~{e['build_seconds']:.0f} | | ~{e['peak_rss_mb']:.0f} | ~{e['disk_mb']:.0f} | | | |"
+        )
+    if "backends" in results:
+        b = results["backends"]
+        lines += [
+            "",
+            "| SciFact nDCG@10 (300 claims) | sqlite (tantivy + faiss) | postgres (SQL BM25 + pgvector) | delta"
+            " | p50 ms sqlite / pg |",
+            "|---|---|---|---|---|",
+        ]
+        for method in ("bm25", "dense", "hybrid"):
+            lite, pg = b[f"sqlite/{method}"], b[f"postgres/{method}"]
+            lines.append(
+                f"| {method} | {lite['nDCG@10']:.4f} | {pg['nDCG@10']:.4f} | {b[f'delta/{method}']:+.4f}"
+                f" | {lite['p50_ms']:.1f} / {pg['p50_ms']:.1f} |"
+            )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", type=int, nargs="*", default=[100_000, 500_000])
+    parser.add_argument("--queries", type=int, default=100, help="SciFact claims searched per size (cap)")
+    parser.add_argument("--extrapolate-to", type=int, default=2_564_545)
+    parser.add_argument("--skip-backends", action="store_true")
+    parser.add_argument("--skip-scale", action="store_true")
+    parser.add_argument("--output", type=Path, default=RESULTS / "scale.json")
+    parser.add_argument("--search-only", action="store_true", help="re-measure search on the sizes built before")
+    parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        home = WORK / f"chunks-{args.child}"
+        settings = Settings.load(overrides={"store.home": str(home)})
+        result = ({"search": measure_search(home, settings, args.queries)} if args.search_only
+                  else build_and_search(args.child, args.queries))
+        print(json.dumps(result))
+        return
+    output = args.output
+    results: dict[str, object] = json.loads(output.read_text()) if output.is_file() else {}
+    results["machine"] = {"python": platform.python_version(), "cpus": os.cpu_count(), "nice": os.nice(0)}
+    results["corpus"] = (
+        "SciFact sentences recombined (4-8 per chunk, 93 chunks per paper, real titles); chunk vectors are normalised "
+        "sums of the real MiniLM vectors of the sentences' source chunks, not embeddings of the chunk text"
+    )
+    if not args.skip_scale:
+        by_size = {entry["build"]["chunks"]: entry for entry in results.get("sizes", [])}
+        for chunks in args.sizes:
+            print(f"scale: {chunks:,} chunks", file=sys.stderr)
+            entry = run_size(chunks, args.queries, args.search_only)
+            key = (chunks // CHUNKS_PER_PAPER) * CHUNKS_PER_PAPER
+            by_size[key] = {**by_size[key], **entry} if args.search_only else entry
+            results["sizes"] = sizes = [by_size[size] for size in sorted(by_size)]
+            output.write_text(json.dumps(results, indent=2))
+        if len(sizes) >= 2 and args.extrapolate_to > sizes[-1]["build"]["chunks"]:
+            results["extrapolated"] = extrapolate(sizes, args.extrapolate_to)
+    if not args.skip_backends:
+        print("backends: SciFact on sqlite and postgres", file=sys.stderr)
+        results["backends"] = compare_backends()
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    output.write_text(json.dumps(results, indent=2))
+    print(table(results))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,85 @@
+"""Lit3R paper-local reading: for one (question, candidate paper) pair, Decision A, Decision B and the passages.
+
+The embedded 0.5B model is unreliable at writing JSON judgements, so each decision is a scored choice: the
+log-probabilities of 'yes' and 'no' (either case) as the start of the answer give P(yes). The three prompts share
+their text up to the question, so the model reads the paper's passages once per paper.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from strata.config import ReadSettings
+from strata.documents.model import Candidate, ChunkHit
+from strata.llm import LLMClient, Trace, prompt_registry
+from strata.llm.backend import ContinuationScore
+from strata.read.model import PaperReading
+
+YES, NO = ("yes", "Yes"), ("no", "No")
+
+
+def flat(text: str) -> str:
+    """Whitespace collapsed to single spaces, as passages are shown to the model."""
+    return " ".join(text.split())
+
+
+def numbered(texts: Sequence[str]) -> str:
+    return "\n".join(f"[{number}] {flat(text)}" for number, text in enumerate(texts, start=1))
+
+
+def probabilities(scores: Sequence[ContinuationScore]) -> list[float]:
+    """Softmax of summed log-probabilities: the share of each continuation among those scored."""
+    peak = max(score.logprob for score in scores)
+    weights = [math.exp(score.logprob - peak) for score in scores]
+    total = sum(weights)
+    return [weight / total for weight in weights]
+
+
+class LocalReader:
+    def __init__(self, client: LLMClient, settings: ReadSettings) -> None:
+        self.client = client
+        self.settings = settings
+
+    def read(self, question: str, candidate: Candidate, passages: list[ChunkHit], trace: Trace) -> PaperReading:
+        """Decision A, then (if A holds) Decision B, then the supporting passages of an accepted paper."""
+        fields = {
+            "title": flat(candidate.title) or candidate.paper_id,
+            "passages": numbered([hit.text for hit in passages]),
+            "question": flat(question),
+        }
+        threshold = self.settings.accept_threshold
+        reading = PaperReading(
+            paper_id=candidate.paper_id,
+            title=candidate.title,
+            rank=candidate.rank,
+            relevant=self._p_yes("read_relevance", fields, trace),
+            accepted=False,
+        )
+        if reading.relevant < threshold or not passages:
+            return reading
+        reading.sufficient = self._p_yes("read_sufficiency", fields, trace)
+        if reading.sufficient < threshold:
+            return reading
+        reading.accepted = True
+        reading.passages = self._supporting(fields, passages, trace)
+        return reading
+
+    def _p_yes(self, prompt_name: str, fields: dict[str, str], trace: Trace) -> float:
+        prompt = prompt_registry().render(prompt_name, **fields)
+        shares = probabilities(self.client.score(prompt, [*YES, *NO], trace=trace))
+        return sum(shares[: len(YES)])
+
+    def _supporting(self, fields: dict[str, str], passages: list[ChunkHit], trace: Trace) -> list[ChunkHit]:
+        """The passage the model names as stating the answer, plus any others it gives a large share."""
+        if len(passages) == 1:
+            return passages
+        prompt = prompt_registry().render("read_passage", **fields)
+        shares = probabilities(self.client.score(prompt, [str(n) for n in range(1, len(passages) + 1)], trace=trace))
+        return [passages[index] for index in chosen(shares, self.settings.passage_min_share)]
+
+
+def chosen(shares: Sequence[float], min_share: float) -> list[int]:
+    """Indices of the best choice and of every other with at least `min_share`, best first (ties: earlier first)."""
+    order = sorted(range(len(shares)), key=lambda index: (-shares[index], index))
+    return [index for position, index in enumerate(order) if position == 0 or shares[index] >= min_share]

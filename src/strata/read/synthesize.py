@@ -1,0 +1,186 @@
+"""Lit3R cross-paper synthesis: numbered evidence from the accepted papers, then an answer in the task's format.
+
+The model never writes a locator. It sees evidence numbered [1]..[n] and answers with numbers: scored over the
+numbers (multiple choice) or generated under a schema whose numbers are restricted to those given (text, table).
+Evidence and locators come from the store; `validate` checks everything again.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+
+import pysbd
+
+from strata.config import ReadSettings
+from strata.index.bm25 import english_analyzer
+from strata.llm import LLMClient, Trace, prompt_registry
+from strata.read.local import chosen, flat, probabilities
+from strata.read.model import Answer, AnswerFormat, Claim, Evidence, PaperReading, citing_only
+
+CANNOT_ANSWER = "Cannot answer from this corpus."
+
+
+def cannot_answer(question: str, answer_format: AnswerFormat) -> Answer:
+    return Answer(question=question, format=answer_format, text=CANNOT_ANSWER, answerable=False)
+
+
+def gather_evidence(readings: Sequence[PaperReading], limit: int) -> list[Evidence]:
+    """Supporting passages of the accepted papers, numbered from 1: each paper's best passage first (papers in
+    rank order), then each paper's second, and so on, so a multi-paper answer sees every paper before `limit`."""
+    accepted = [reading for reading in readings if reading.accepted]
+    depth = max((len(reading.passages) for reading in accepted), default=0)
+    picked = [
+        (reading, reading.passages[level])
+        for level in range(depth)
+        for reading in accepted
+        if level < len(reading.passages)
+    ][:limit]
+    return [
+        Evidence(
+            number=number,
+            paper_id=reading.paper_id,
+            title=reading.title,
+            locator=str(hit.locator),
+            section_path=hit.locator.section_path,
+            page=hit.locator.page,
+            text=hit.text,
+        )
+        for number, (reading, hit) in enumerate(picked, start=1)
+    ]
+
+
+def show_evidence(evidence: Sequence[Evidence]) -> str:
+    return "\n".join(f"[{item.number}] ({flat(item.title) or item.paper_id}) {flat(item.text)}" for item in evidence)
+
+
+class Synthesizer:
+    def __init__(self, client: LLMClient, settings: ReadSettings) -> None:
+        self.client = client
+        self.settings = settings
+
+    def answer(
+        self,
+        question: str,
+        readings: Sequence[PaperReading],
+        answer_format: AnswerFormat,
+        options: Sequence[str] | None,
+        trace: Trace,
+    ) -> Answer:
+        """The answer with only the evidence its claims cite, each cited passage quoted; 'cannot answer' when no
+        paper was accepted or the model says the evidence does not answer."""
+        evidence = gather_evidence(readings, self.settings.max_evidence)
+        if not evidence:
+            return cannot_answer(question, answer_format)
+        if answer_format == "mc":
+            if not options:
+                raise ValueError("a multiple-choice question needs its options")
+            answer = self._choose(question, list(options), evidence, trace)
+        elif answer_format == "table":
+            answer = self._table(question, evidence, trace)
+        else:
+            answer = self._text(question, evidence, trace)
+        return quoted(answer, self.settings.quote_sentences)
+
+    def _choose(self, question: str, options: list[str], evidence: list[Evidence], trace: Trace) -> Answer:
+        """The option with the highest mean log-probability per token after the evidence; then the passages that
+        support it, scored over their numbers."""
+        shown, asked = show_evidence(evidence), flat(question)
+        listed = "\n".join(f"- {flat(option)}" for option in options)
+        prompt = prompt_registry().render("read_choose", evidence=shown, question=asked, options=listed)
+        scores = self.client.score(prompt, [flat(option) for option in options], trace=trace)
+        best = max(range(len(options)), key=lambda index: (scores[index].mean_logprob, -index))
+        choice = options[best]
+        cite = prompt_registry().render("read_cite", evidence=shown, question=asked, answer=flat(choice))
+        shares = probabilities(self.client.score(cite, [str(item.number) for item in evidence], trace=trace))
+        citations = sorted(evidence[index].number for index in chosen(shares, self.settings.passage_min_share))
+        return Answer(
+            question=question,
+            format="mc",
+            text=choice,
+            choice=choice,
+            claims=[Claim(text=choice, citations=citations)],
+            evidence=evidence,
+        )
+
+    def _text(self, question: str, evidence: list[Evidence], trace: Trace) -> Answer:
+        schema, _ = citing_only([item.number for item in evidence])
+        prompt = prompt_registry().render("read_answer", evidence=show_evidence(evidence), question=flat(question))
+        draft = self.client.complete(prompt, schema, trace=trace, max_tokens=self.settings.max_answer_tokens)
+        if not draft.answerable:
+            return cannot_answer(question, "text")
+        facts = [
+            Claim(
+                text=f"{fact.value} {fact.unit}".strip(),
+                citations=[fact.evidence],
+                value=fact.value,
+                unit=fact.unit or None,
+            )
+            for fact in draft.facts
+        ]
+        # An answer citing nothing itself rests on the passages of its facts.
+        citations = sorted(set(draft.evidence) or {number for fact in facts for number in fact.citations})
+        claims = [Claim(text=draft.answer, citations=citations), *facts]
+        return Answer(question=question, format="text", text=draft.answer, claims=claims, evidence=evidence)
+
+    def _table(self, question: str, evidence: list[Evidence], trace: Trace) -> Answer:
+        _, schema = citing_only([item.number for item in evidence])
+        prompt = prompt_registry().render("read_table", evidence=show_evidence(evidence), question=flat(question))
+        draft = self.client.complete(prompt, schema, trace=trace, max_tokens=self.settings.max_answer_tokens)
+        if not draft.answerable or not draft.rows:
+            return cannot_answer(question, "table")
+        claims = [Claim(text=" | ".join(row.cells), citations=sorted(set(row.evidence))) for row in draft.rows]
+        return Answer(
+            question=question,
+            format="table",
+            text="\n".join(claim.text for claim in claims),
+            table=[draft.header, *[row.cells for row in draft.rows]],
+            claims=claims,
+            evidence=evidence,
+        )
+
+
+def quoted(answer: Answer, sentences: int) -> Answer:
+    """Keep the evidence some claim cites, each with the run of `sentences` sentences sharing most terms with the
+    question and the claims citing it as its quote."""
+    cited = {number for claim in answer.claims for number in claim.citations}
+    kept = []
+    for item in answer.evidence:
+        if item.number not in cited:
+            continue
+        about = " ".join([answer.question, *(claim.text for claim in answer.claims if item.number in claim.citations)])
+        kept.append(item.model_copy(update={"quote": best_window(item.text, about, sentences)}))
+    return answer.model_copy(update={"evidence": kept})
+
+
+def best_window(text: str, about: str, size: int) -> str:
+    """The run of `size` consecutive sentences of `text` holding the most distinct analysed terms of `about`
+    (ties: the earliest), exactly as it appears in `text`."""
+    spans = sentence_spans(text)
+    if not spans:
+        return text.strip()
+    wanted = set(english_analyzer().analyze(about))
+    size = min(size, len(spans))
+    windows = [(spans[start][0], spans[start + size - 1][1]) for start in range(len(spans) - size + 1)]
+    overlap = [len(wanted & set(english_analyzer().analyze(text[a:b]))) for a, b in windows]
+    best = max(range(len(windows)), key=lambda index: (overlap[index], -index))
+    start, end = windows[best]
+    return text[start:end]
+
+
+def sentence_spans(text: str) -> list[tuple[int, int]]:
+    """(start, end) of each sentence of `text`, whitespace trimmed; found in order so repeats map correctly."""
+    spans, cursor = [], 0
+    for sentence in _segmenter().segment(text):
+        stripped = sentence.strip()
+        start = text.find(stripped, cursor) if stripped else -1
+        if start < 0:
+            continue
+        spans.append((start, start + len(stripped)))
+        cursor = start + len(stripped)
+    return spans
+
+
+@functools.cache
+def _segmenter() -> pysbd.Segmenter:
+    return pysbd.Segmenter(language="en", clean=False)

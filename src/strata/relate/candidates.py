@@ -1,0 +1,81 @@
+"""The Retrieve + Relate entry point: a question in, the fused candidate papers (Lit3R: 50) out, for the reader."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from strata.config import Settings
+from strata.documents.model import Ranking
+from strata.llm.client import LLMClient
+from strata.llm.trace import Trace
+from strata.relate.expand import Expansion, Relater
+from strata.rerank.base import Reranker
+from strata.retrieve.fusion import reciprocal_rank_fusion
+from strata.retrieve.hybrid import HybridSearcher
+from strata.retrieve.iterative import QuestionRetriever, merge_candidates
+from strata.retrieve.rounds import Constraints, RetrievalRound, RetrievalRun, StopReason
+
+CANDIDATES = "lit3r-candidates"
+
+
+class CandidateSet(BaseModel):
+    """Everything the reader needs from retrieval, and everything a trace needs to explain it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    question: str
+    ranking_a: Ranking = Field(description="Question-anchored ranking: the subquery rankings fused")
+    ranking_b: Ranking = Field(description="Paper-anchored ranking from the seeds' neighbours; empty when Relate is off")
+    candidates: Ranking = Field(description="Rankings A and B fused: the papers handed to the reader, best first")
+    rounds: list[RetrievalRound] = Field(description="Every retrieval round: queries, hits, verdict")
+    stop_reason: StopReason
+    constraints: Constraints = Field(description="Venue/year restrictions the question names")
+    expansion: Expansion | None = Field(default=None, description="Relate's seeds and signal lists; None when off")
+
+
+def find_candidates(
+    question: str,
+    *,
+    searcher: HybridSearcher,
+    client: LLMClient | None,
+    reranker: Reranker,
+    settings: Settings,
+    trace: Trace | None = None,
+) -> CandidateSet:
+    """Lit3R's retriever: iterative question-anchored retrieval (Ranking A), paper-to-paper expansion from A's top
+    seeds (Ranking B), and their fusion into `settings.relate.candidates` papers.
+
+    With `client=None` there is no decomposition or verification: the question is the one subquery of one round.
+    """
+    run = QuestionRetriever(searcher, reranker, settings.retrieve, client, settings.search.rrf_k).run(question, trace)
+    return expand_and_fuse(run, searcher=searcher, settings=settings)
+
+
+def expand_and_fuse(run: RetrievalRun, *, searcher: HybridSearcher, settings: Settings) -> CandidateSet:
+    """Relate for a finished retrieval run: Ranking B from its seeds, fused with its Ranking A (unless Relate is
+    off), cut to `settings.relate.candidates`. Separate from the loop so Relate variants can share one run."""
+    ranking_a, relate, rrf_k = run.ranking, settings.relate, settings.search.rrf_k
+    limit = relate.candidates
+    expansion = None
+    if relate.enabled:
+        expansion = Relater(searcher, relate, settings.store.home).expand(ranking_a, rrf_k)
+        ranking_b = expansion.ranking
+        fused = reciprocal_rank_fusion(
+            [ranking_a.paper_ids, ranking_b.paper_ids], k=rrf_k, weights=[relate.weight_a, relate.weight_b]
+        )[:limit]
+        candidates = Ranking(
+            query=run.question, method=CANDIDATES, candidates=merge_candidates(fused, [ranking_a, ranking_b])
+        )
+    else:
+        ranking_b = Ranking(query=run.question, method="off")
+        candidates = ranking_a.top(limit)
+    return CandidateSet(
+        question=run.question,
+        ranking_a=ranking_a,
+        ranking_b=ranking_b,
+        candidates=candidates,
+        rounds=run.rounds,
+        stop_reason=run.stop_reason,
+        constraints=run.constraints,
+        expansion=expansion,
+    )

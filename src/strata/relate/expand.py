@@ -1,0 +1,124 @@
+"""Lit3R Relate: paper-to-paper expansion from the seed papers of Ranking A into Ranking B.
+
+For each enabled signal, every seed's neighbour list is gathered; the lists are interleaved round-robin across
+seeds (the best neighbour of each seed, in seed order, then the second of each, ...), so one seed with many strong
+neighbours cannot crowd the others out. The signals' interleaved lists are then fused with equal weight (RRF).
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from strata.config import RelateSettings
+from strata.documents.model import Ranking
+from strata.retrieve.fusion import reciprocal_rank_fusion
+from strata.retrieve.hybrid import HybridSearcher
+from strata.retrieve.iterative import merge_candidates
+from strata.relate.signals import PaperVectors, ReferenceGraph, bm25_neighbours
+from strata.store.sqlite import CorpusStore
+
+SignalName = Literal["embedding", "references", "bm25"]
+SIGNALS: tuple[SignalName, ...] = ("embedding", "references", "bm25")
+RANKING_B = "lit3r-relate"
+
+Neighbours = Callable[[str, int], list[str]]
+
+# Paper vectors and reference graphs outlive one question: kept per open store (and cache folder), dropped with it.
+_VECTORS: weakref.WeakKeyDictionary[CorpusStore, dict[tuple[Path, str], PaperVectors]] = weakref.WeakKeyDictionary()
+_GRAPHS: weakref.WeakKeyDictionary[CorpusStore, ReferenceGraph] = weakref.WeakKeyDictionary()
+
+
+class SignalList(BaseModel):
+    """One signal's neighbours of every seed, and their round-robin interleaving."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    signal: SignalName
+    per_seed: list[list[str]] = Field(
+        description="Each seed followed by its neighbours' paper ids, best first; seeds in Ranking A's order"
+    )
+    interleaved: list[str] = Field(description="The per-seed lists interleaved round-robin, duplicates dropped")
+
+
+class Expansion(BaseModel):
+    """Ranking B and the signal lists it was fused from."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    seeds: list[str]
+    signals: list[SignalList]
+    ranking: Ranking
+
+
+def round_robin(lists: Sequence[Sequence[str]]) -> list[str]:
+    """Position 1 of every list in order, then position 2 of every list, ...; each id kept at its first place."""
+    merged: list[str] = []
+    seen: set[str] = set()
+    for position in range(max((len(items) for items in lists), default=0)):
+        for items in lists:
+            if position < len(items) and items[position] not in seen:
+                seen.add(items[position])
+                merged.append(items[position])
+    return merged
+
+
+class Relater:
+    """Finds Ranking B for a Ranking A; keeps paper vectors and the reference graph of its store between calls."""
+
+    def __init__(self, searcher: HybridSearcher, settings: RelateSettings, store_home: Path) -> None:
+        self.searcher = searcher
+        self.settings = settings
+        store = searcher.store
+        folder = settings.paper_vector_cache or Path(store_home) / "relate"
+        cached = _VECTORS.setdefault(store, {})
+        key = (folder, settings.paper_vectors)
+        if key not in cached:
+            dense = searcher.index.dense
+            cached[key] = PaperVectors(dense.embedder, folder, settings.paper_vectors, dense)
+        self.vectors = cached[key]
+        self.graph = _GRAPHS.setdefault(store, ReferenceGraph())
+
+    def enabled_signals(self) -> list[SignalName]:
+        return [name for name in SIGNALS if getattr(self.settings, name)]
+
+    def expand(self, ranking_a: Ranking, rrf_k: int = 60) -> Expansion:
+        seeds = ranking_a.paper_ids[: self.settings.seeds]
+        signals = []
+        for name in self.enabled_signals():
+            # Each seed heads its own list, as its own nearest neighbour: Ranking B then starts with the seeds in
+            # A's order, so fusing A and B promotes the seeds' neighbours without pushing A's best papers down.
+            per_seed = [[seed, *self._neighbours(name)(seed, self.settings.neighbours)] for seed in seeds]
+            signals.append(SignalList(signal=name, per_seed=per_seed, interleaved=round_robin(per_seed)))
+        fused = reciprocal_rank_fusion([signal.interleaved for signal in signals], k=rrf_k)
+        ranking = Ranking(query=ranking_a.query, method=RANKING_B, candidates=merge_candidates(fused, [ranking_a]))
+        return Expansion(seeds=seeds, signals=signals, ranking=self._titled(ranking))
+
+    def _neighbours(self, name: SignalName) -> Neighbours:
+        store = self.searcher.store
+        if name == "embedding":
+            return lambda seed, n: self.vectors.neighbours(store, seed, n)
+        if name == "references":
+            return lambda seed, n: self.graph.neighbours(store, seed, n)
+        return lambda seed, n: bm25_neighbours(self.searcher, seed, n, self.settings.seed_text_words)
+
+    def _titled(self, ranking: Ranking) -> Ranking:
+        """Titles for the neighbours Ranking A did not hold."""
+        untitled = [candidate.paper_id for candidate in ranking.candidates if not candidate.title]
+        if not untitled:
+            return ranking
+        summaries = self.searcher.store.paper_summaries(untitled)
+        return ranking.model_copy(
+            update={
+                "candidates": [
+                    candidate
+                    if candidate.title or candidate.paper_id not in summaries
+                    else candidate.model_copy(update={"title": summaries[candidate.paper_id].title})
+                    for candidate in ranking.candidates
+                ]
+            }
+        )

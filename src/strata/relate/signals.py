@@ -1,0 +1,219 @@
+"""The three paper-to-paper signals of Lit3R Relate, each giving a seed paper's neighbours, best first.
+
+- embedding: cosine similarity of paper vectors (mean chunk vector, or title + abstract embedded; cached on disk);
+- references: bibliographic coupling (shared references, Salton-normalised) plus direct citation either way;
+- bm25: BM25 over chunks with the seed's own title and abstract as the query.
+
+Every list excludes the seed itself and breaks ties by paper id.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+
+import faiss
+import numpy as np
+
+from strata.documents.identifiers import normalize_title
+from strata.documents.model import ContentType, Paper, Reference
+from strata.index.dense import DenseState
+from strata.index.embedder import Embedder
+from strata.index.state import read_state
+from strata.retrieve.hybrid import HybridSearcher
+from strata.store.sqlite import MIN_TITLE_MATCH_CHARS, CorpusStore
+
+EMBED_WORDS = 200  # MiniLM reads ~256 word pieces; more words would be cut off anyway
+EMBED_BATCH = 512  # papers embedded between cache saves
+
+StoreVersion = tuple[int, int]
+
+
+def store_version(store: CorpusStore) -> StoreVersion:
+    """Changes whenever papers are added (chunk row ids only grow) or removed (the count drops)."""
+    return store.max_chunk_rowid(), len(store.paper_ids())
+
+
+def paper_summary_text(paper: Paper, words: int) -> str:
+    """Title and abstract, or title and the start of the text when the parser found no abstract."""
+    body = paper.abstract or paper.text
+    return " ".join(f"{paper.title}\n{body}".split()[:words])
+
+
+def chunk_vectors(dense: object) -> dict[int, np.ndarray] | None:
+    """Every live chunk vector of a faiss dense index, by store row id; None when the searcher's dense index keeps
+    no faiss file (another backend, dense off, nothing indexed yet)."""
+    state_path = getattr(dense, "state_path", None)
+    state = read_state(state_path, DenseState) if state_path is not None else None
+    if state is None or state.vectors_file is None:
+        return None
+    try:
+        index = faiss.read_index(str(state_path.parent / state.vectors_file))
+    except RuntimeError:
+        return None  # replaced by a concurrent sync: the caller falls back to embedding abstracts
+    ids = faiss.vector_to_array(index.id_map).tolist()
+    vectors = faiss.downcast_index(index.index).reconstruct_n(0, index.ntotal)
+    hidden = set(state.tombstones)
+    return {rowid: vectors[row] for row, rowid in enumerate(ids) if rowid not in hidden}
+
+
+def chunk_means(store: CorpusStore, vectors: dict[int, np.ndarray], paper_ids: Sequence[str]) -> dict[str, np.ndarray]:
+    """Normalised mean of each paper's chunk vectors, reference-list chunks left out (they describe other papers)
+    unless a paper has nothing else."""
+    wanted = set(paper_ids)
+    content: dict[str, list[np.ndarray]] = {}
+    references: dict[str, list[np.ndarray]] = {}
+    after = 0
+    while batch := store.chunks_after(after, limit=5000):
+        after = batch[-1].rowid
+        for stored in batch:
+            if stored.chunk.paper_id in wanted and stored.rowid in vectors:
+                target = references if stored.chunk.content_type == ContentType.REFERENCE else content
+                target.setdefault(stored.chunk.paper_id, []).append(vectors[stored.rowid])
+    means = {}
+    for paper_id in paper_ids:
+        rows = content.get(paper_id) or references.get(paper_id)
+        if rows:
+            mean = np.mean(rows, axis=0)
+            means[paper_id] = (mean / max(float(np.linalg.norm(mean)), 1e-12)).astype(np.float32)
+    return means
+
+
+class PaperVectors:
+    """One L2-normalised vector per paper, cached in `folder` per embedding model and source: the mean of its chunk
+    vectors taken from the faiss dense index ('chunk-mean', no embedding at all), or its title and abstract embedded
+    ('abstract', also the fallback for papers without chunk vectors).
+
+    The cache is rebuilt only for papers it lacks; papers no longer in the store are dropped. A paper re-ingested
+    under the same id keeps its old vector until the cache file is removed.
+    """
+
+    def __init__(self, embedder: Embedder, folder: Path, source: str = "chunk-mean", dense: object = None) -> None:
+        self.embedder = embedder
+        self.source = source
+        self.dense = dense
+        model_key = hashlib.sha256(str(embedder.settings.model).encode()).hexdigest()[:12]
+        self.path = folder / f"paper-vectors-{source}-{model_key}.npz"
+        self.ids: list[str] = []
+        self.vectors = np.zeros((0, 0), dtype=np.float32)
+        self._id_array = np.array([], dtype=str)
+        self._row: dict[str, int] = {}
+        self._version: StoreVersion | None = None
+
+    def refresh(self, store: CorpusStore) -> None:
+        version = store_version(store)
+        if version == self._version:
+            return
+        current = store.paper_ids()
+        present = set(current)
+        cached = {paper_id: vector for paper_id, vector in self._load().items() if paper_id in present}
+        missing = [paper_id for paper_id in current if paper_id not in cached]
+        if missing and self.source == "chunk-mean":
+            vectors = chunk_vectors(self.dense)
+            if vectors is not None:
+                cached.update(chunk_means(store, vectors, missing))
+                missing = [paper_id for paper_id in missing if paper_id not in cached]
+                self._save(cached)
+        for start in range(0, len(missing), EMBED_BATCH):
+            batch = missing[start : start + EMBED_BATCH]
+            texts = [paper_summary_text(store.get_paper(paper_id), EMBED_WORDS) for paper_id in batch]
+            cached.update(zip(batch, self.embedder.embed(texts)))
+            self._save(cached)  # after every batch, so an interrupted first build keeps its work
+        self.ids = current
+        self.vectors = np.stack([cached[paper_id] for paper_id in current]) if current else self.vectors
+        self._id_array = np.array(current, dtype=str)
+        self._row = {paper_id: row for row, paper_id in enumerate(current)}
+        self._version = version
+
+    def neighbours(self, store: CorpusStore, paper_id: str, n: int) -> list[str]:
+        self.refresh(store)
+        row = self._row.get(paper_id)
+        if row is None:
+            return []
+        similarity = self.vectors @ self.vectors[row]
+        # Sort by (-similarity, id): lexsort takes its keys last-first.
+        order = np.lexsort((self._id_array, -similarity))
+        return [self.ids[index] for index in order if index != row][:n]
+
+    def _load(self) -> dict[str, np.ndarray]:
+        if not self.path.is_file():
+            return {}
+        try:
+            with np.load(self.path, allow_pickle=False) as data:
+                return dict(zip(data["ids"].tolist(), data["vectors"]))
+        except (OSError, KeyError, ValueError):
+            return {}  # a damaged cache is rebuilt, never trusted
+
+    def _save(self, vectors: dict[str, np.ndarray]) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = self.path.with_suffix(".tmp.npz")
+        ids = sorted(vectors)
+        np.savez(temporary, ids=np.array(ids, dtype=str), vectors=np.stack([vectors[i] for i in ids]))
+        temporary.replace(self.path)
+
+
+def reference_keys(reference: Reference) -> set[str]:
+    """What identifies a cited work across papers: DOI, arXiv id, or a title long enough to be distinctive."""
+    keys = set()
+    if reference.doi:
+        keys.add(f"doi:{reference.doi}")
+    if reference.arxiv_id:
+        keys.add(f"arxiv:{reference.arxiv_id}")
+    title = normalize_title(reference.title)
+    if len(title) >= MIN_TITLE_MATCH_CHARS:
+        keys.add(f"title:{title}")
+    return keys
+
+
+class ReferenceGraph:
+    """Every paper's cited works and the in-corpus citation edges, read from the store once per store version.
+
+    Caches hold no store (it is passed to each call), so they can be kept per store in a weak-keyed map.
+    """
+
+    def __init__(self) -> None:
+        self._cites: dict[str, set[str]] = {}
+        self._cited_by: dict[str, set[str]] = {}
+        self._keys: dict[str, set[str]] = {}
+        self._holders: dict[str, set[str]] = {}
+        self._version: StoreVersion | None = None
+
+    def refresh(self, store: CorpusStore) -> None:
+        version = store_version(store)
+        if version == self._version:
+            return
+        self._cites, self._cited_by, self._keys, self._holders = {}, {}, {}, {}
+        for paper_id in store.paper_ids():
+            keys: set[str] = set()
+            for reference in store.references_of(paper_id):
+                keys |= reference_keys(reference)
+                if reference.resolved_paper_id and reference.resolved_paper_id != paper_id:
+                    self._cites.setdefault(paper_id, set()).add(reference.resolved_paper_id)
+                    self._cited_by.setdefault(reference.resolved_paper_id, set()).add(paper_id)
+            if keys:
+                self._keys[paper_id] = keys
+                for key in keys:
+                    self._holders.setdefault(key, set()).add(paper_id)
+        self._version = version
+
+    def neighbours(self, store: CorpusStore, paper_id: str, n: int) -> list[str]:
+        """Papers by direct citation (1 point, either direction) plus shared references / sqrt(|refs a|·|refs b|)."""
+        self.refresh(store)
+        scores: Counter[str] = Counter()
+        own = self._keys.get(paper_id, set())
+        shared: Counter[str] = Counter(other for key in own for other in self._holders[key] if other != paper_id)
+        for other, count in shared.items():
+            scores[other] += count / math.sqrt(len(own) * len(self._keys[other]))
+        for other in self._cites.get(paper_id, set()) | self._cited_by.get(paper_id, set()):
+            scores[other] += 1.0
+        return [other for other, _ in sorted(scores.items(), key=lambda item: (-item[1], item[0]))[:n]]
+
+
+def bm25_neighbours(searcher: HybridSearcher, paper_id: str, n: int, words: int) -> list[str]:
+    """Papers whose chunks best match the seed's title and abstract under BM25."""
+    text = paper_summary_text(searcher.store.get_paper(paper_id), words)
+    ranking = searcher.search(text, k=n + 1, method="bm25", prf=False)
+    return [other for other in ranking.paper_ids if other != paper_id][:n]

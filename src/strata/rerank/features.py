@@ -1,0 +1,193 @@
+"""CoRank's compact features: extracted once per document by the LLM, cached by content hash, and cut down to
+the query-relevant "Form 4" (category, one section gist, five keywords) at query time."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Annotated
+
+import numpy as np
+from pydantic import BaseModel, Field
+
+from strata.config import RerankSettings, Settings
+from strata.index.embedder import Embedder
+from strata.llm import LLMClient, LLMError, prompt_registry
+from strata.rerank.texts import PaperTexts
+
+FEATURES_SCHEMA = """
+CREATE TABLE IF NOT EXISTS features (
+    paper_id TEXT PRIMARY KEY,
+    content_hash TEXT NOT NULL,
+    model TEXT NOT NULL,
+    features TEXT NOT NULL,
+    section_vectors BLOB NOT NULL,
+    keyword_vectors BLOB NOT NULL
+)
+"""
+
+
+class SectionGist(BaseModel):
+    title: str = Field(max_length=24, description="Section title")
+    gist: str = Field(max_length=48, description="One short line on what the section says")
+
+
+class DocumentFeatures(BaseModel):
+    """What the extractor writes; lengths are bounded so the grammar bounds the decoding cost."""
+
+    category: list[Annotated[str, Field(max_length=24)]] = Field(
+        min_length=1, max_length=3, description="Research field, broad to narrow"
+    )
+    sections: list[SectionGist] = Field(min_length=1, max_length=3, description="Main parts with a gist each")
+    keywords: list[Annotated[str, Field(max_length=24)]] = Field(
+        min_length=1, max_length=8, description="Specific key terms"
+    )
+
+
+class StoredFeatures(BaseModel):
+    model_config = {"arbitrary_types_allowed": True}
+
+    features: DocumentFeatures
+    section_vectors: np.ndarray
+    keyword_vectors: np.ndarray
+
+
+class ExtractionReport(BaseModel):
+    documents: int = Field(description="Documents asked for")
+    extracted: int = Field(description="Documents sent to the LLM (new or changed)")
+    cached: int = Field(description="Documents whose cached features matched their content")
+    failed: list[str] = Field(default_factory=list, description="Documents whose extraction gave no usable answer")
+    seconds: float = 0.0
+
+
+def features_path(settings: Settings) -> Path:
+    return settings.rerank.features_path or Path(settings.store.home) / "rerank" / "features.sqlite3"
+
+
+class FeatureCache:
+    """SQLite rows of features and their section/keyword embeddings, keyed by paper id and content hash."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._db = sqlite3.connect(path)
+        self._db.execute(FEATURES_SCHEMA)
+
+    def get(self, paper_id: str, content_hash: str) -> StoredFeatures | None:
+        row = self._db.execute(
+            "SELECT features, section_vectors, keyword_vectors FROM features WHERE paper_id = ? AND content_hash = ?",
+            (paper_id, content_hash),
+        ).fetchone()
+        if row is None:
+            return None
+        features = DocumentFeatures.model_validate_json(row[0])
+        return StoredFeatures(
+            features=features,
+            section_vectors=_unpack(row[1], len(features.sections)),
+            keyword_vectors=_unpack(row[2], len(features.keywords)),
+        )
+
+    def put(self, paper_id: str, content_hash: str, model: str, stored: StoredFeatures) -> None:
+        with self._db:
+            self._db.execute(
+                "INSERT OR REPLACE INTO features VALUES (?, ?, ?, ?, ?, ?)",
+                (
+                    paper_id,
+                    content_hash,
+                    model,
+                    stored.features.model_dump_json(),
+                    stored.section_vectors.astype(np.float32).tobytes(),
+                    stored.keyword_vectors.astype(np.float32).tobytes(),
+                ),
+            )
+
+    def close(self) -> None:
+        self._db.close()
+
+
+def _unpack(blob: bytes, rows: int) -> np.ndarray:
+    return np.frombuffer(blob, dtype=np.float32).reshape(rows, -1)
+
+
+def section_text(section: SectionGist) -> str:
+    return f"{section.title}: {section.gist}"
+
+
+class CompactFeatures:
+    """Extracts features for papers that lack current ones and builds each candidate's Form 4 text."""
+
+    def __init__(
+        self,
+        cache: FeatureCache,
+        texts: PaperTexts,
+        embedder: Embedder,
+        settings: RerankSettings,
+        client: LLMClient | None = None,
+    ) -> None:
+        self.cache = cache
+        self.texts = texts
+        self.embedder = embedder
+        self.settings = settings
+        self.client = client
+        self._prompts = prompt_registry()
+
+    def ensure(self, paper_ids: Iterable[str]) -> ExtractionReport:
+        """Extract features for every paper without current cached ones (at most once per content hash)."""
+        started = time.perf_counter()
+        ids = list(dict.fromkeys(paper_ids))
+        extracted, failed = 0, []
+        for paper_id in ids:
+            if self.cache.get(paper_id, self.texts.content_hash(paper_id)) is not None:
+                continue
+            extracted += 1
+            if self._extract(paper_id) is None:
+                failed.append(paper_id)
+        return ExtractionReport(
+            documents=len(ids),
+            extracted=extracted,
+            cached=len(ids) - extracted,
+            failed=failed,
+            seconds=time.perf_counter() - started,
+        )
+
+    def _extract(self, paper_id: str) -> StoredFeatures | None:
+        if self.client is None:
+            raise ValueError(f"no features cached for paper {paper_id!r} and no LLM client to extract them")
+        document = self.texts.document(paper_id, self.settings.features_input_words)
+        try:
+            features = self.client.complete(self._prompts.render("features_extract", document=document))
+        except LLMError:
+            return None
+        assert isinstance(features, DocumentFeatures)
+        stored = StoredFeatures(
+            features=features,
+            section_vectors=self.embedder.embed([section_text(section) for section in features.sections]),
+            keyword_vectors=self.embedder.embed(features.keywords),
+        )
+        self.cache.put(paper_id, self.texts.content_hash(paper_id), self.client.model, stored)
+        return stored
+
+    def form4(self, query_vector: np.ndarray, paper_id: str) -> str | None:
+        """Category path, the most query-similar section(s) and keywords; None when the paper has no features."""
+        stored = self.cache.get(paper_id, self.texts.content_hash(paper_id))
+        if stored is None:
+            return None
+        features = stored.features
+        sections = _most_similar(query_vector, stored.section_vectors, self.settings.sections)
+        keywords = _most_similar(query_vector, stored.keyword_vectors, self.settings.keywords)
+        parts = [f"Category: {' > '.join(features.category)}"]
+        parts += [f"Section: {section_text(features.sections[index])}" for index in sections]
+        if keywords:
+            parts.append(f"Keywords: {', '.join(features.keywords[index] for index in keywords)}")
+        return ". ".join(parts)
+
+
+def _most_similar(query_vector: np.ndarray, vectors: np.ndarray, keep: int) -> list[int]:
+    """Indices of the `keep` rows most cosine-similar to the query (vectors are unit length), ties by position."""
+    if keep == 0 or len(vectors) == 0:
+        return []
+    similarity = vectors @ query_vector
+    return sorted(range(len(vectors)), key=lambda index: (-float(similarity[index]), index))[:keep]
+

@@ -1,0 +1,93 @@
+"""Typed records of the question-anchored loop: the LLM's answers, venue/year constraints and each round."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from strata.documents.model import Ranking
+
+
+class Subqueries(BaseModel):
+    """The decomposer's answer: search queries, plus a venue or year the question restricts papers to."""
+
+    subqueries: list[str] = Field(default_factory=list, max_length=8, description="Short search queries")
+    venue: str | None = Field(default=None, description="Venue the question names, e.g. 'NeurIPS'; null if none")
+    year: int | None = Field(default=None, description="Publication year the question names; null if none")
+
+
+class Verdict(BaseModel):
+    """The verifier's answer: does the evidence answer the question, and if not, what is still missing."""
+
+    sufficient: bool
+    missing: list[str] = Field(default_factory=list, max_length=8, description="Facts the evidence lacks")
+
+
+class Constraints(BaseModel):
+    """Venue and year restrictions named by the question; empty when it names none."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    venues: list[str] = Field(default_factory=list, description="Canonical venue names, e.g. 'NeurIPS'")
+    years: list[int] = Field(default_factory=list, description="Exact publication years")
+    year_min: int | None = Field(default=None, description="Earliest publication year (inclusive)")
+    year_max: int | None = Field(default=None, description="Latest publication year (inclusive)")
+
+    @property
+    def empty(self) -> bool:
+        return not (self.venues or self.years or self.year_min or self.year_max)
+
+    def describe(self) -> str:
+        """One line for the prompts, e.g. 'venue NeurIPS; year 2023'."""
+        parts = []
+        if self.venues:
+            parts.append("venue " + " or ".join(self.venues))
+        if self.years:
+            parts.append("year " + " or ".join(str(year) for year in self.years))
+        if self.year_min is not None:
+            parts.append(f"published in or after {self.year_min}")
+        if self.year_max is not None:
+            parts.append(f"published in or before {self.year_max}")
+        return "; ".join(parts)
+
+
+StopReason = Literal["sufficient", "no_new_subquery", "max_rounds", "no_llm", "verifier_failed"]
+
+
+class SubqueryResult(BaseModel):
+    """One subquery's search after reranking, with the papers its constraints removed."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    query: str
+    ranking: Ranking
+    filtered_out: int = Field(default=0, description="Papers dropped for contradicting the question's venue/year")
+
+
+class RetrievalRound(BaseModel):
+    """What one round asked, found and concluded."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    number: int = Field(ge=1)
+    queries: list[str] = Field(description="Subqueries searched in this round, in order")
+    results: list[SubqueryResult] = Field(default_factory=list)
+    pooled: list[str] = Field(default_factory=list, description="Paper ids of Ranking A after this round, best first")
+    verdict: Verdict | None = Field(
+        default=None,
+        description="The verifier's answer; None without an LLM, in the last round (nothing left to decide) or when "
+        "its answer did not parse",
+    )
+
+
+class RetrievalRun(BaseModel):
+    """The whole question-anchored retrieval: constraints, every round, why it stopped, and Ranking A."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    question: str
+    constraints: Constraints
+    rounds: list[RetrievalRound]
+    stop_reason: StopReason
+    ranking: Ranking = Field(description="Ranking A: the subquery rankings fused, best first")

@@ -1,0 +1,259 @@
+"""The HTTP API (FastAPI) and the web page it serves; `serve` runs it with uvicorn.
+
+Every API route needs `Authorization: Bearer TOKEN` when serve.token is set; the page, its static files, /health and
+the OpenAPI schema stay open (they hold no corpus data). Binding beyond loopback without a token is refused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import logging
+import secrets
+import socket
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from pathlib import Path
+from typing import Annotated
+
+import uvicorn
+from fastapi import APIRouter, Depends, FastAPI, File, Form, HTTPException, Query, Request, UploadFile
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import FileResponse, JSONResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi.staticfiles import StaticFiles
+from pydantic import BaseModel, Field, model_validator
+from sse_starlette import EventSourceResponse, ServerSentEvent
+
+from strata.config import Settings
+from strata.documents.model import Ranking
+from strata.ingest import IngestReport
+from strata.read.model import AnswerFormat, AskResult, StageEvent
+from strata.retrieve.hybrid import Method
+from strata.serve.service import (
+    AskFunction,
+    CorpusService,
+    Health,
+    LocatedText,
+    PaperView,
+    ServiceError,
+    TocView,
+    Upload,
+)
+
+logger = logging.getLogger(__name__)
+
+STATIC = Path(__file__).parent / "static"
+MAX_JSON_BYTES = 1 << 20  # every body but an upload is a small JSON object
+MULTIPART_SLACK_BYTES = 1 << 20  # multipart boundaries and headers around the uploaded files
+MAX_CONTEXT_CHARS = 5000
+
+
+class AskRequest(BaseModel):
+    question: str = Field(min_length=1, description="The question; at most serve.max_query_chars characters")
+    options: list[Annotated[str, Field(min_length=1, max_length=1000)]] | None = Field(
+        default=None, max_length=26, description="Multiple choice: the options, verbatim"
+    )
+    format: AnswerFormat = Field(default="text", description="'text', 'mc' (needs options) or 'table'")
+
+    @model_validator(mode="after")
+    def _choices_need_options(self) -> AskRequest:
+        if self.format == "mc" and len(self.options or []) < 2:
+            raise ValueError("a multiple-choice question ('format': 'mc') needs at least two options")
+        return self
+
+
+class AskError(BaseModel):
+    detail: str
+
+
+def create_app(settings: Settings, ask_fn: AskFunction | None = None) -> FastAPI:
+    """The API over the corpus under `settings.store.home`; `ask_fn` replaces the Read pipeline's `ask`."""
+    service = CorpusService(settings, ask_fn)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        await run_in_threadpool(service.warm_up)
+        yield
+        service.close()
+
+    app = FastAPI(
+        title="Strata",
+        summary="Evidence-grounded search and question answering over scientific papers",
+        version="0.1.0",
+        lifespan=lifespan,
+        max_body_size=MAX_JSON_BYTES,
+    )
+
+    @app.exception_handler(ServiceError)
+    async def service_error(_: Request, error: ServiceError) -> JSONResponse:
+        return JSONResponse({"detail": str(error)}, status_code=error.status)
+
+    @app.get("/health", tags=["service"])
+    def health() -> Health:
+        return service.health()
+
+    @app.get("/", include_in_schema=False)
+    def page() -> FileResponse:
+        return FileResponse(STATIC / "index.html")
+
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+    app.include_router(_api(service), dependencies=[Depends(_bearer_check(settings))])
+    return app
+
+
+def _bearer_check(settings: Settings) -> Callable[..., None]:
+    token = settings.serve.token.get_secret_value() if settings.serve.token else None
+    bearer = HTTPBearer(auto_error=False, description="serve.token, when one is configured")
+
+    def check(credentials: HTTPAuthorizationCredentials | None = Depends(bearer)) -> None:
+        if token is None:
+            return
+        if credentials is None or not secrets.compare_digest(credentials.credentials.encode(), token.encode()):
+            raise HTTPException(401, "missing or wrong bearer token (Authorization: Bearer ...)",
+                                headers={"WWW-Authenticate": "Bearer"})
+
+    return check
+
+
+def _api(service: CorpusService) -> APIRouter:
+    limits = service.limits
+    api = APIRouter()
+
+    @api.get("/search", tags=["corpus"])
+    def search(
+        q: Annotated[str, Query(description="The query")],
+        # A default rather than an annotation: annotations are evaluated where `limits` is out of scope.
+        k: int | None = Query(None, ge=1, le=limits.max_k, description="Papers returned"),
+        method: Method = "hybrid",
+        prf: bool | None = None,
+    ) -> Ranking:
+        """Hybrid (BM25 + dense) search: papers best first, each with its best chunks and their locators."""
+        return service.search(q, k, method, prf)
+
+    @api.get("/papers/{paper_id}", tags=["corpus"])
+    def paper(paper_id: str) -> PaperView:
+        """A paper's metadata and its table of contents (the section tree)."""
+        return service.paper(paper_id)
+
+    @api.get("/locate/{locator}", tags=["corpus"])
+    def locate(
+        locator: str,
+        context: Annotated[int | None, Query(ge=0, le=MAX_CONTEXT_CHARS, description="Characters around")] = None,
+    ) -> LocatedText:
+        """The text a locator (PAPER_ID#START-END; '#' sent as %23) names, with its section, page and context."""
+        return service.locate(locator, context)
+
+    @api.get("/toc/{paper_id}", tags=["corpus"])
+    def toc(
+        paper_id: str,
+        q: Annotated[str | None, Query(description="A question: also rank the ToC leaves that answer it")] = None,
+        k: Annotated[int | None, Query(ge=1, le=20, description="Leaves returned")] = None,
+    ) -> TocView:
+        """The paper's ToC; with `q`, the leaves that answer the question (STAIR adapter or zero-shot LLM)."""
+        return service.toc(paper_id, q, k)
+
+    @api.post("/ask", tags=["answers"], response_class=EventSourceResponse,
+              responses={200: {"description": "Server-sent events: `stage` (StageEvent) events as the pipeline runs, "
+                               "then one `result` (AskResult) or `error` ({detail}) event"}})
+    async def ask(request: AskRequest) -> EventSourceResponse:
+        """Answer a question from the corpus, streaming stage progress and then the answer with its evidence."""
+        # A bad question or a missing pipeline is a plain 4xx/501, before any event is sent.
+        service.check_query(request.question)
+        service.answer_function()
+        return EventSourceResponse(_ask_events(service, request), ping=15)
+
+    @api.post(
+        "/ingest",
+        tags=["corpus"],
+        max_body_size=limits.max_upload_bytes * limits.max_upload_files + MULTIPART_SLACK_BYTES,
+        form_limits={"max_files": limits.max_upload_files, "max_fields": 8},
+    )
+    async def ingest(
+        files: Annotated[list[UploadFile] | None, File(description="Files to add (PDF, TEI, JATS, ...)")] = None,
+        folder: Annotated[str | None, Form(description="Or: a folder inside the storage root")] = None,
+    ) -> IngestReport:
+        """Add uploaded files, or a folder already inside the server's storage root, to the corpus."""
+        if bool(files) == bool(folder):
+            raise ServiceError("send either files (multipart 'files') or a 'folder' inside the storage root")
+        if folder:
+            return await run_in_threadpool(service.ingest_folder, folder)
+        uploads = [Upload(name=file.filename or "", content=file.file, size=file.size or 0) for file in files or []]
+        return await run_in_threadpool(service.ingest_uploads, uploads)
+
+    return api
+
+
+async def _ask_events(service: CorpusService, request: AskRequest) -> AsyncIterator[ServerSentEvent]:
+    """Run the question in a worker thread and relay its StageEvents, then its AskResult, as they happen."""
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue[StageEvent | AskResult | AskError] = asyncio.Queue()
+
+    def on_event(event: StageEvent) -> None:
+        loop.call_soon_threadsafe(queue.put_nowait, event)
+
+    def answer() -> AskResult | AskError:
+        try:
+            return service.ask(request.question, request.options, request.format, on_event)
+        except ServiceError as error:
+            return AskError(detail=str(error))
+        except Exception as error:  # the stream is open: report the failure as an event, log the traceback
+            logger.exception("answering %r failed", request.question)
+            return AskError(detail=f"answering failed: {type(error).__name__}: {error}")
+
+    worker = loop.run_in_executor(None, answer)
+    worker.add_done_callback(lambda done: queue.put_nowait(done.result()))
+    while True:
+        item = await queue.get()
+        if isinstance(item, StageEvent):
+            yield ServerSentEvent(data=item.model_dump_json(), event="stage")
+            continue
+        yield ServerSentEvent(data=item.model_dump_json(), event="result" if isinstance(item, AskResult) else "error")
+        return
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_bind(settings: Settings) -> None:
+    """Refuse to serve beyond loopback without a token: anyone on the network could read and add to the corpus."""
+    if settings.serve.token is None and not is_loopback(settings.serve.host):
+        raise ValueError(
+            f"refusing to serve on {settings.serve.host} without a token: set serve.token (STRATA_SERVE__TOKEN) or "
+            "bind a loopback address such as 127.0.0.1"
+        )
+
+
+def serve(settings: Settings, ask_fn: AskFunction | None = None) -> None:
+    """Run the API and web page on serve.host:serve.port until interrupted."""
+    check_bind(settings)
+    uvicorn.run(create_app(settings, ask_fn), host=settings.serve.host, port=settings.serve.port, log_level="info",
+                timeout_keep_alive=settings.serve.keep_alive_s)
+
+
+@contextmanager
+def background_server(app: FastAPI, host: str = "127.0.0.1") -> Iterator[str]:
+    """Serve `app` with uvicorn on a free port of `host` in a thread; yields the base URL (tests, benchmarks)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, 0))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=2))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        while not server.started:
+            if not thread.is_alive():
+                raise RuntimeError("the test server failed to start")
+            threading.Event().wait(0.02)
+        yield f"http://{host}:{sock.getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+        sock.close()

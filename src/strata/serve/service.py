@@ -1,0 +1,338 @@
+"""What the HTTP API and the MCP server both offer over one open corpus: search, ask, papers, locators, ToC, ingest.
+
+Errors a client caused are `ServiceError`s carrying an HTTP status; both front ends turn them into clear messages.
+"""
+
+from __future__ import annotations
+
+import shutil
+import threading
+from collections.abc import Callable, Iterable
+from contextlib import ExitStack, closing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO, Protocol
+
+from pydantic import BaseModel, Field
+
+from strata.config import Settings
+from strata.documents.model import Locator, Paper, Ranking, Section
+from strata.index import CorpusIndex
+from strata.ingest import IngestReport
+from strata.read.model import AnswerFormat, AskResult, StageEvent
+from strata.retrieve.hybrid import HybridSearcher, Method
+from strata.store import open_store
+from strata.store.sqlite import CorpusStats
+from strata.toc.query import TocAnswer
+
+UPLOADS = "uploads"  # sub-folder of the storage root that uploaded files are written to
+
+
+class AskFunction(Protocol):
+    def __call__(
+        self,
+        question: str,
+        settings: Settings,
+        *,
+        options: list[str] | None = None,
+        answer_format: AnswerFormat = "text",
+        on_event: Callable[[StageEvent], None] | None = None,
+    ) -> AskResult: ...
+
+
+class ServiceError(Exception):
+    """A request the corpus cannot serve as asked; `status` is the HTTP status that says why."""
+
+    status = 400
+
+
+class NotFoundError(ServiceError):
+    status = 404
+
+
+class TooLargeError(ServiceError):
+    status = 413
+
+
+class UnavailableError(ServiceError):
+    status = 501
+
+
+@dataclass(frozen=True)
+class Upload:
+    """One uploaded file: the name the client sent, its content (an open file) and its size in bytes."""
+
+    name: str
+    content: BinaryIO
+    size: int
+
+
+class PaperView(BaseModel):
+    """A paper's metadata and table of contents, without its full text."""
+
+    id: str
+    title: str
+    authors: list[str]
+    year: int | None
+    venue: str | None
+    doi: str | None
+    arxiv_id: str | None
+    abstract: str
+    source_format: str
+    sections: list[Section] = Field(description="The ToC tree: top-level sections with their children")
+    chunks: int = Field(description="Retrieval chunks stored for the paper")
+    references: int = Field(description="Entries of its reference list")
+    text_chars: int = Field(description="Length of the full text that locators index into")
+
+
+class LocatedText(BaseModel):
+    """The exact text a locator names, where it sits in its paper, and the text around it."""
+
+    locator: str
+    paper_id: str
+    title: str
+    section_path: tuple[str, ...]
+    page: int | None
+    char_start: int
+    char_end: int
+    text: str = Field(description="paper.text[char_start:char_end]")
+    before: str = Field(description="Up to `context` characters preceding the span")
+    after: str = Field(description="Up to `context` characters following the span")
+
+
+class SectionText(BaseModel):
+    paper_id: str
+    title: str
+    section_path: tuple[str, ...]
+    locator: str = Field(description="Span from the section's first chunk to its last")
+    text: str
+    truncated: bool = Field(description="The text was cut at serve.max_section_chars")
+
+
+class TocView(BaseModel):
+    paper_id: str
+    title: str
+    sections: list[Section] = Field(description="The paper's ToC tree")
+    answer: TocAnswer | None = Field(default=None, description="Leaves answering the question, when one was asked")
+
+
+class Health(BaseModel):
+    status: str = "ok"
+    auth: bool = Field(description="API requests need a bearer token")
+    corpus: CorpusStats
+
+
+class ResidentPipeline:
+    """The default ask function: one Read pipeline (store, LLM, reranker) opened on the first question and reused by
+    the next ones, instead of loading the LLM again per question as `strata.read.pipeline.ask` does."""
+
+    def __init__(self) -> None:
+        from strata.read.pipeline import open_pipeline  # ImportError when the Read stage is missing
+
+        self._open_pipeline = open_pipeline
+        self._stack = ExitStack()
+        self._pipeline = None
+
+    def __call__(self, question: str, settings: Settings, *, options: list[str] | None = None,
+                 answer_format: AnswerFormat = "text", on_event: Callable[[StageEvent], None] | None = None
+                 ) -> AskResult:
+        if self._pipeline is None:
+            self._pipeline = self._stack.enter_context(self._open_pipeline(settings))
+        return self._pipeline.ask(question, options=options, answer_format=answer_format, on_event=on_event)
+
+    def close(self) -> None:
+        self._stack.close()
+
+
+class CorpusService:
+    """One open store and searcher shared by every request; ingest and LLM work are bounded by locks."""
+
+    def __init__(self, settings: Settings, ask_fn: AskFunction | None = None) -> None:
+        self.settings = settings
+        self.limits = settings.serve
+        self.storage_root = Path(settings.serve.storage_root or Path(settings.store.home) / "files").resolve()
+        self._ask_fn = ask_fn
+        self._store = open_store(settings)
+        self.searcher = self._open_searcher()
+        # The embedded LLM serves one caller at a time; asks and ToC questions queue for a slot.
+        self._llm_slots = threading.BoundedSemaphore(settings.serve.concurrent_asks)
+        self._ingest_lock = threading.Lock()
+        self._resident = ExitStack()  # what the default ask function keeps open between questions
+
+    def close(self) -> None:
+        self._resident.close()
+        self._store.close()
+
+    def _open_searcher(self) -> HybridSearcher:
+        return HybridSearcher(self._store, CorpusIndex(self._store, self.settings), self.settings.search)
+
+    def warm_up(self) -> None:
+        """Load the indices and the query encoder now, so that the first request does not wait for them."""
+        self.searcher.search("warm up", k=1)
+
+    # reading the corpus
+
+    def health(self) -> Health:
+        return Health(auth=self.limits.token is not None, corpus=self._store.stats())
+
+    def search(self, query: str, k: int | None = None, method: Method = "hybrid", prf: bool | None = None) -> Ranking:
+        self.check_query(query)
+        try:
+            return self.searcher.search(query, k=min(k or self.settings.search.k, self.limits.max_k), method=method,
+                                        prf=prf)
+        except ValueError as error:  # e.g. dense search on a BM25-only corpus
+            raise ServiceError(str(error)) from error
+
+    def paper(self, paper_id: str) -> PaperView:
+        paper = self._get_paper(paper_id)
+        return PaperView(
+            **paper.model_dump(include={"id", "title", "authors", "year", "venue", "doi", "arxiv_id", "abstract",
+                                        "source_format"}),
+            sections=paper.sections,
+            chunks=len(paper.chunks),
+            references=len(paper.references),
+            text_chars=len(paper.text),
+        )
+
+    def locate(self, locator: str, context: int | None = None) -> LocatedText:
+        try:
+            wanted = Locator.parse(locator)
+            located, text = self._store.locate(wanted)
+            paper_text = self._store.paper_text(located.paper_id)
+        except KeyError as error:
+            raise NotFoundError(error.args[0]) from error
+        except ValueError as error:
+            raise ServiceError(str(error)) from error
+        around = self.limits.context_chars if context is None else context
+        start, end = located.char_start, located.char_end
+        return LocatedText(
+            locator=str(located),
+            paper_id=located.paper_id,
+            title=self._store.paper_summaries([located.paper_id])[located.paper_id].title,
+            section_path=located.section_path,
+            page=located.page,
+            char_start=start,
+            char_end=end,
+            text=text,
+            before=paper_text[max(0, start - around) : start],
+            after=paper_text[end : end + around],
+        )
+
+    def read_section(self, paper_id: str, section_path: Iterable[str]) -> SectionText:
+        """The text of a section (with its sub-sections), from its first chunk to its last."""
+        paper = self._get_paper(paper_id)
+        path = tuple(section_path)
+        chunks = [chunk for chunk in paper.chunks if path and chunk.section_path[: len(path)] == path]
+        if not chunks:
+            known = sorted({" > ".join(section.path) for section in paper.walk_sections()})
+            raise NotFoundError(
+                f"paper {paper_id!r} has no text under section {' > '.join(path)!r}; its sections: {'; '.join(known)}"
+            )
+        locator = Locator(paper_id=paper.id, char_start=min(c.char_start for c in chunks),
+                          char_end=max(c.char_end for c in chunks))
+        text = locator.resolve(paper.text)
+        limit = self.limits.max_section_chars
+        return SectionText(paper_id=paper.id, title=paper.title, section_path=path, locator=str(locator),
+                           text=text[:limit], truncated=len(text) > limit)
+
+    def toc(self, paper_id: str, question: str | None = None, k: int | None = None) -> TocView:
+        """The paper's ToC; with a question, also the leaves that answer it (an LLM call, so it queues)."""
+        paper = self._get_paper(paper_id)
+        answer = None
+        if question:
+            self.check_query(question)
+            from strata.toc.query import run_toc_query
+
+            with self._llm_slots:
+                answer = run_toc_query(self.settings, paper.id, question, k=k)
+        return TocView(paper_id=paper.id, title=paper.title, sections=paper.sections, answer=answer)
+
+    def _get_paper(self, paper_id: str) -> Paper:
+        try:
+            return self._store.get_paper(paper_id)
+        except KeyError as error:
+            raise NotFoundError(error.args[0]) from error
+
+    def check_query(self, text: str) -> None:
+        if not text.strip():
+            raise ServiceError("the query is empty")
+        if len(text) > self.limits.max_query_chars:
+            raise ServiceError(f"the query has {len(text)} characters; at most {self.limits.max_query_chars} "
+                               "(serve.max_query_chars)")
+
+    # answering
+
+    def answer_function(self) -> AskFunction:
+        """The injected ask function, or the Read pipeline (imported on first use, then kept open)."""
+        if self._ask_fn is None:
+            try:
+                self._ask_fn = self._resident.enter_context(closing(ResidentPipeline()))
+            except ImportError as error:
+                raise UnavailableError(f"the answer pipeline is not available: {error}") from error
+        return self._ask_fn
+
+    def ask(
+        self,
+        question: str,
+        options: list[str] | None = None,
+        answer_format: AnswerFormat = "text",
+        on_event: Callable[[StageEvent], None] | None = None,
+    ) -> AskResult:
+        self.check_query(question)
+        ask_fn = self.answer_function()
+        with self._llm_slots:
+            return ask_fn(question, self.settings, options=options, answer_format=answer_format, on_event=on_event)
+
+    # adding to the corpus
+
+    def ingest_uploads(self, uploads: list[Upload]) -> IngestReport:
+        """Write uploaded files under `{storage_root}/uploads` (plain names only) and ingest them."""
+        if not uploads:
+            raise ServiceError("no files were uploaded")
+        if len(uploads) > self.limits.max_upload_files:
+            raise TooLargeError(f"{len(uploads)} files uploaded; at most {self.limits.max_upload_files} per request "
+                                "(serve.max_upload_files)")
+        for upload in uploads:
+            if upload.size > self.limits.max_upload_bytes:
+                raise TooLargeError(f"{upload.name!r} has {upload.size} bytes; at most {self.limits.max_upload_bytes}"
+                                    " per file (serve.max_upload_bytes)")
+        targets = [self._upload_target(upload.name) for upload in uploads]
+        if len(set(targets)) != len(targets):
+            raise ServiceError("two uploaded files have the same name")
+        with self._ingest_lock:
+            for target, upload in zip(targets, uploads):
+                target.parent.mkdir(parents=True, exist_ok=True)
+                with target.open("wb") as handle:
+                    shutil.copyfileobj(upload.content, handle)
+            return self._ingest(targets)
+
+    def ingest_folder(self, folder: str) -> IngestReport:
+        """Ingest a folder (or file) that already lies inside the storage root, named relative to it."""
+        path = (self.storage_root / folder).resolve()
+        if not path.is_relative_to(self.storage_root):
+            raise ServiceError(f"folder {folder!r} is outside the storage root; name a path inside it")
+        if not path.exists():
+            raise NotFoundError(f"no file or folder {folder!r} in the storage root")
+        with self._ingest_lock:
+            return self._ingest([path])
+
+    def _upload_target(self, name: str) -> Path:
+        plain = Path(name).name
+        if not name or plain != name or name in (".", "..") or "\\" in name or not name.isprintable():
+            raise ServiceError(f"file name {name!r} is not a plain file name (no folders, '..' or control characters)")
+        target = (self.storage_root / UPLOADS / name).resolve()
+        if not target.is_relative_to(self.storage_root / UPLOADS):  # e.g. a symlink planted in the folder
+            raise ServiceError(f"file name {name!r} resolves outside the storage root")
+        return target
+
+    def _ingest(self, paths: list[Path]) -> IngestReport:
+        from strata.ingest import ingest
+
+        report = ingest(paths, self.settings)
+        # A fresh view of the indices ingest just synced: searchable at once (other readers, such as the resident
+        # pipeline, see the change within about a second, when tantivy reloads).
+        self.searcher = self._open_searcher()
+        # Paths in the report are the server's own; clients see them relative to the storage root.
+        for outcome in report.files:
+            outcome.path = str(Path(outcome.path).relative_to(self.storage_root))
+        return report

@@ -1,0 +1,177 @@
+"""Control flow of Read on a scripted fake LLM: Decisions A and B filter papers, answers stay within the options
+and the evidence given, and a reader failure still returns the candidates."""
+
+import json
+from collections.abc import Sequence
+
+import pytest
+
+from strata.config import Settings
+from strata.documents.builder import PaperBuilder
+from strata.documents.model import Candidate, ChunkHit, Ranking
+from strata.index import CorpusIndex
+from strata.llm import ContinuationScore, Generation, LLMClient, LLMError, Scoring
+from strata.read import pipeline as pipeline_module
+from strata.read.pipeline import Pipeline
+from strata.rerank import FirstStage
+from strata.retrieve.hybrid import HybridSearcher
+from strata.store.sqlite import CorpusStore
+
+PAPERS = {
+    "good": ("Diet and weight in mice", "Mice on the diet gained 12 g in four weeks. Controls gained 5 g."),
+    "topic": ("A review of diet studies", "Diet studies in mice are common and vary widely in design."),
+    "other": ("A galaxy survey", "We observed forty galaxies with the new telescope."),
+}
+QUESTION = "How much weight did control mice gain in the diet study?"
+OPTIONS = ["7 g", "5 g", "12 g"]
+
+
+class RuleBackend:
+    """Answers like a model that follows the prompts: Decision A holds when passages and question mention diet, B
+    when they state a gain; options and evidence numbers are preferred when the evidence contains them."""
+
+    name = "rules"
+    model = "rules-1"
+    load_seconds = None
+
+    def __init__(self, answers: Sequence[str] = (), fail_after: int | None = None) -> None:
+        self.answers = list(answers)
+        self.fail_after = fail_after
+        self.scored: list[list[str]] = []
+
+    def score(self, system: str, user: str, continuations: Sequence[str]) -> Scoring:
+        if self.fail_after is not None and len(self.scored) >= self.fail_after:
+            raise LLMError("the model crashed")
+        self.scored.append(list(continuations))
+        context, asked = (part.lower() for part in user.split("Question:"))
+        if "Is this paper a source" in user:
+            preferred = {"yes", "Yes"} if "diet" in context and "diet" in asked else {"no", "No"}
+        elif "Do these passages themselves" in user:
+            preferred = {"yes", "Yes"} if "gained" in context else {"no", "No"}
+        elif "Reply with the correct option" in user:
+            preferred = {option for option in continuations if f"controls gained {option.lower()}" in context}
+        else:
+            preferred = {"1"}
+        scores = [ContinuationScore(continuation=c, logprob=0.0 if c in preferred else -6.0, n_tokens=1)
+                  for c in continuations]
+        return Scoring(scores=scores, tokens_in=len(user.split()))
+
+    def generate(self, system, user, schema, options) -> Generation:
+        return Generation(text=self.answers.pop(0), tokens_in=len(user.split()), tokens_out=20)
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.fixture()
+def corpus(tmp_path):
+    settings = Settings.load(overrides={"store.home": str(tmp_path / "home"), "index.dense": False})
+    with CorpusStore(settings.store.home / "corpus.sqlite3") as store:
+        for paper_id, (title, body) in PAPERS.items():
+            builder = PaperBuilder(paper_id, "test")
+            builder.open_section("Results", level=1, page=1)
+            builder.add_block(body, page=1)
+            store.put_paper(builder.build(title=title), f"sha-{paper_id}")
+        index = CorpusIndex(store, settings)
+        index.sync()
+        yield settings, store, HybridSearcher(store, index, settings.search)
+
+
+def candidate_ranking(store: CorpusStore) -> Ranking:
+    candidates = []
+    for rank, paper_id in enumerate(PAPERS, start=1):
+        stored = store.chunks_after(0)
+        hits = [ChunkHit(rowid=s.rowid, text=s.chunk.text, locator=s.chunk.locator, score=1.0)
+                for s in stored if s.chunk.paper_id == paper_id]
+        candidates.append(Candidate(paper_id=paper_id, title=PAPERS[paper_id][0], score=1.0 / rank, rank=rank,
+                                    chunks=hits))
+    return Ranking(query=QUESTION, method="fake", candidates=candidates)
+
+
+@pytest.fixture()
+def make_pipeline(corpus, monkeypatch):
+    settings, store, searcher = corpus
+
+    class FoundCandidates:
+        rounds: list = []
+        stop_reason = "no_llm"
+        ranking_a = candidate_ranking(store)
+        ranking_b = Ranking(query=QUESTION, method="off")
+        candidates = ranking_a
+
+    monkeypatch.setattr(pipeline_module, "find_candidates", lambda question, **_: FoundCandidates)
+
+    def build(backend: RuleBackend) -> Pipeline:
+        return Pipeline(settings, store, searcher, LLMClient(backend, settings.llm), FirstStage())
+
+    return build
+
+
+def test_decisions_a_and_b_pass_only_the_paper_that_states_the_answer(make_pipeline):
+    events = []
+    result = make_pipeline(RuleBackend()).ask(QUESTION, options=OPTIONS, on_event=events.append)
+    readings = {reading.paper_id: reading for reading in result.readings}
+    assert readings["good"].accepted and readings["good"].relevant > 0.9 and readings["good"].sufficient > 0.9
+    assert not readings["topic"].accepted and readings["topic"].sufficient < 0.1  # relevant, but no answer content
+    assert not readings["other"].accepted and readings["other"].sufficient is None  # Decision A already said no
+    answer = result.answer
+    assert answer.format == "mc" and answer.choice == "5 g" and answer.supported and not result.partial
+    assert {item.paper_id for item in answer.evidence} == {"good"}
+    assert all("Controls gained 5 g." in item.quote for item in answer.evidence)
+    assert [(e.stage, e.status) for e in events if e.status != "started"] == [
+        ("retrieve", "done"), ("relate", "done"), ("read", "done"), ("synthesize", "done"), ("validate", "done")
+    ]
+    assert events == result.events and result.trace.summary().calls == len(result.trace.calls) > 5
+
+
+def test_a_multiple_choice_answer_is_scored_among_the_options_only(make_pipeline):
+    backend = RuleBackend()
+    result = make_pipeline(backend).ask(QUESTION, options=OPTIONS)
+    assert OPTIONS in backend.scored and result.answer.choice in OPTIONS
+    with pytest.raises(ValueError, match="at least two options"):
+        make_pipeline(RuleBackend()).ask(QUESTION, answer_format="mc", options=["5 g"])
+
+
+def test_no_accepted_paper_means_cannot_answer_with_nothing_cited(make_pipeline):
+    result = make_pipeline(RuleBackend()).ask("Which telescope found forty galaxies?", options=["A", "B"])
+    assert not any(reading.accepted for reading in result.readings)
+    assert result.answer.text == "Cannot answer from this corpus." and not result.answer.answerable
+    assert result.answer.choice is None and result.answer.evidence == [] and not result.partial
+
+
+def test_a_text_answer_cites_evidence_numbers_and_its_facts(make_pipeline):
+    draft = {"answerable": True, "answer": "Controls gained 5 g.", "evidence": [1],
+             "facts": [{"value": "5", "unit": "g", "evidence": 1}]}
+    result = make_pipeline(RuleBackend([json.dumps(draft)])).ask(QUESTION)
+    answer = result.answer
+    assert answer.supported and answer.text == "Controls gained 5 g."
+    facts = [(claim.value, claim.unit, claim.citations) for claim in answer.claims]
+    assert facts == [(None, None, [1]), ("5", "g", [1])]
+    assert answer.evidence[0].paper_id == "good" and answer.evidence[0].locator.startswith("good#")
+
+
+def test_an_answer_citing_evidence_it_was_not_given_is_refused_and_the_candidates_kept(make_pipeline):
+    invented = json.dumps({"answerable": True, "answer": "Controls gained 5 g.", "evidence": [4]})
+    result = make_pipeline(RuleBackend([invented, invented])).ask(QUESTION)
+    assert result.partial and result.error.startswith("synthesize failed")
+    assert result.answer.evidence == [] and not result.answer.supported
+    assert [reading.paper_id for reading in result.readings if reading.accepted] == ["good"]
+
+
+def test_a_reader_failure_returns_the_candidates_and_papers_read_as_a_partial_result(make_pipeline):
+    # Decisions A and B on the first paper succeed; the model fails on the second paper.
+    result = make_pipeline(RuleBackend(fail_after=2)).ask(QUESTION, options=OPTIONS)
+    assert result.partial and "the model crashed" in result.error and result.error.startswith("read failed")
+    assert result.candidates.paper_ids == list(PAPERS)
+    assert [(reading.paper_id, reading.accepted) for reading in result.readings] == [("good", True)]
+    assert not result.answer.answerable and result.answer.choice is None
+    assert (result.events[-1].stage, result.events[-1].status) == ("read", "failed")
+
+
+def test_the_printed_answer_numbers_its_citations_with_title_section_and_evidence(make_pipeline):
+    from strata.read.format import format_ask_result
+
+    printed = format_ask_result(make_pipeline(RuleBackend()).ask(QUESTION, options=OPTIONS), trace=True)
+    assert "5 g [1]" in printed
+    assert "[1] Diet and weight in mice — Results" in printed and 'Controls gained 5 g."' in printed
+    assert "A=" in printed and "LLM calls:" in printed

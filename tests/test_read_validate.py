@@ -1,0 +1,105 @@
+"""Deterministic citation validation: only passages the store reproduces survive, and a claim needs one."""
+
+import pytest
+from pydantic import ValidationError
+
+from strata.documents.builder import PaperBuilder
+from strata.read.model import Answer, Claim, Evidence, citing_only
+from strata.read.synthesize import best_window, quoted
+from strata.read.validate import validate_answer
+from strata.store.sqlite import CorpusStore
+
+BODY = "Mice fed the diet gained 12 g in four weeks. Controls gained 5 g. The difference was significant (p < 0.01)."
+
+
+@pytest.fixture()
+def store(tmp_path):
+    builder = PaperBuilder("diet", "test")
+    builder.open_section("Results", level=1, page=3)
+    builder.add_block(BODY, page=3)
+    paper = builder.build(title="A high-fat diet study")
+    with CorpusStore(tmp_path / "c.db") as opened:
+        opened.put_paper(paper, "sha")
+        yield opened
+
+
+def evidence_for(store: CorpusStore, number: int = 1, **changes) -> Evidence:
+    chunk = store.get_paper("diet").chunks[0]
+    item = Evidence(
+        number=number, paper_id="diet", locator=str(chunk.locator), text=chunk.text, quote="Controls gained 5 g."
+    )
+    return item.model_copy(update=changes)
+
+
+def answer_with(evidence: list[Evidence], claims: list[Claim], **fields) -> Answer:
+    return Answer(question="How much did controls gain?", text="5 g", claims=claims, evidence=evidence, **fields)
+
+
+def test_valid_evidence_is_kept_and_completed_from_the_store(store):
+    checked = validate_answer(answer_with([evidence_for(store)], [Claim(text="5 g", citations=[1])]), store)
+    assert checked.supported and checked.dropped_claims == 0 and checked.rejections == []
+    (item,) = checked.evidence
+    assert (item.title, item.section_path, item.page) == ("A high-fat diet study", ("Results",), 3)
+
+
+def test_a_fabricated_paper_and_a_misquoted_passage_are_both_rejected(store):
+    """An LLM answer citing a paper outside the corpus and quoting words the cited passage does not contain."""
+    invented = evidence_for(store, 1, paper_id="smith2020", locator="smith2020#0-40", text="Controls gained 5 g.")
+    misquoted = evidence_for(store, 2, quote="Controls gained 7 g in four weeks.")
+    claims = [Claim(text="Controls gained 5 g", citations=[1]), Claim(text="Controls gained 7 g", citations=[2])]
+    checked = validate_answer(answer_with([invented, misquoted], claims), store)
+    assert checked.evidence == [] and checked.claims == []
+    assert checked.dropped_claims == 2 and not checked.supported
+    assert any("smith2020" in why and "not in the corpus" in why for why in checked.rejections)
+    assert any("quote is not in" in why for why in checked.rejections)
+
+
+def test_a_locator_outside_the_paper_or_into_another_paper_is_rejected(store):
+    beyond = evidence_for(store, 1, locator="diet#0-99999")
+    elsewhere = evidence_for(store, 2, locator="other#0-10")
+    checked = validate_answer(answer_with([beyond, elsewhere], [Claim(text="x", citations=[1, 2])]), store)
+    assert checked.evidence == [] and checked.dropped_claims == 1
+    assert len(checked.rejections) == 3  # two pieces of evidence, then the claim
+
+
+def test_matching_ignores_case_and_whitespace_but_not_words(store):
+    spaced = evidence_for(store, quote="controls   GAINED\n5 g.")
+    assert validate_answer(answer_with([spaced], [Claim(text="5 g", citations=[1])]), store).supported
+
+
+def test_partly_valid_claims_keep_their_valid_citations_renumbered(store):
+    good, bad = evidence_for(store, 2), evidence_for(store, 1, quote="Controls lost weight.")
+    claims = [Claim(text="5 g", citations=[1, 2]), Claim(text="unsupported", citations=[1]), Claim(text="none")]
+    checked = validate_answer(answer_with([bad, good], claims), store)
+    assert [claim.citations for claim in checked.claims] == [[1]] and checked.dropped_claims == 2
+    assert [item.number for item in checked.evidence] == [1] and checked.evidence[0].quote == good.quote
+    assert checked.supported
+
+
+def test_a_multiple_choice_answer_must_be_one_of_the_options(store):
+    claims = [Claim(text="5 g", citations=[1])]
+    outside = answer_with([evidence_for(store)], claims, format="mc", choice="6 g")
+    checked = validate_answer(outside, store, options=["5 g", "12 g"])
+    assert checked.choice is None and not checked.supported
+    inside = validate_answer(outside.model_copy(update={"choice": "5 g"}), store, options=["5 g", "12 g"])
+    assert inside.choice == "5 g" and inside.supported
+
+
+def test_answer_models_only_accept_the_evidence_numbers_given():
+    text_model, table_model = citing_only([1, 2])
+    assert text_model.model_validate({"answerable": True, "answer": "x", "evidence": [2]}).evidence == [2]
+    with pytest.raises(ValidationError):
+        text_model.model_validate({"answerable": True, "answer": "x", "evidence": [3]})
+    with pytest.raises(ValidationError):
+        table_model.model_validate({"answerable": True, "header": ["a"], "rows": [{"cells": ["1"], "evidence": [9]}]})
+    assert text_model.model_json_schema()["properties"]["evidence"]["items"]["enum"] == [1, 2]
+
+
+def test_quotes_are_the_sentences_sharing_most_terms_and_uncited_evidence_is_dropped(store):
+    assert best_window(BODY, "How much weight did the controls gain?", 1) == "Controls gained 5 g."
+    assert best_window(BODY, "significant difference between controls", 2).startswith("Controls gained 5 g.")
+    answer = answer_with([evidence_for(store, 1, quote=""), evidence_for(store, 2, quote="")],
+                         [Claim(text="Controls gained 5 g", citations=[2])])
+    kept = quoted(answer, 1)
+    assert [item.number for item in kept.evidence] == [2] and kept.evidence[0].quote == "Controls gained 5 g."
+    assert validate_answer(kept, store).supported

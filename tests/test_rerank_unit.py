@@ -1,0 +1,270 @@
+"""Rerankers on a scripted fake LLM: permutation parsing, windowing over 200 candidates, CoRank's coarse-to-fine
+flow, feature caching, the controls and the factory's choice."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from strata.config import LLMSettings, RerankSettings, Settings
+from strata.documents.model import Candidate, Paper, Ranking
+from strata.llm import ContinuationScore, Generation, LLMClient, Scoring, tracing
+from strata.rerank import FirstStage, make_reranker
+from strata.rerank.features import CompactFeatures, FeatureCache
+from strata.rerank.listwise import ListwiseLLM, estimated_tokens
+from strata.rerank.permutation import ParseErrors, parse_permutation
+from strata.rerank.rerankers import (
+    CoarseToFineReranker,
+    RandomPoolReranker,
+    form4_representation,
+    truncated_representation,
+)
+from strata.rerank.texts import PaperTexts
+from strata.store.sqlite import CorpusStore
+
+LINE = re.compile(r"^\[(\d+)\] (.*)$", re.MULTILINE)
+GRADE = re.compile(r"grade(\d+)")
+
+
+class RankingBackend:
+    """A fake LLM: ranks listwise windows by the 'gradeNN' tag in each line (or answers from a script), extracts
+    features from the title, and records every request."""
+
+    name = "fake"
+    model = "fake-1"
+    load_seconds = None
+
+    def __init__(self, scripted: list[str] | None = None) -> None:
+        self.scripted = list(scripted or [])
+        self.requests: list[str] = []
+
+    def generate(self, system, user, schema, options) -> Generation:
+        self.requests.append(user)
+        if self.scripted:
+            text = self.scripted.pop(0)
+        elif "Document:" in user:
+            title = user.split("Title: ", 1)[1].splitlines()[0]
+            text = json.dumps(
+                {
+                    "category": ["Science", title.split()[0]],
+                    "sections": [{"title": "Results", "gist": f"{title} results"}],
+                    "keywords": [f"{title} keyword", "generic"],
+                }
+            )
+        else:
+            lines = LINE.findall(user)
+            count = int(re.search(r"numbers of the (\d+) most", user).group(1))
+            grades = [int(GRADE.search(text).group(1)) if GRADE.search(text) else 0 for _, text in lines]
+            best = sorted(range(len(lines)), key=lambda index: (-grades[index], index))[:count]
+            text = json.dumps({"ranking": [index + 1 for index in best]})
+        return Generation(text=text, tokens_in=len(user) // 4, tokens_out=10)
+
+    def score(self, system: str, user: str, continuations: Sequence[str]) -> Scoring:
+        return Scoring(scores=[ContinuationScore(continuation=c, logprob=0.0, n_tokens=1) for c in continuations])
+
+    def close(self) -> None:
+        pass
+
+    def listwise_requests(self) -> list[str]:
+        return [request for request in self.requests if request.startswith("Query:")]
+
+
+class HashEmbedder:
+    """Unit vectors from word hashes: similar wording, similar vectors; no model to load."""
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        return np.stack([self.embed_query(text) for text in texts]) if texts else np.zeros((0, 64), np.float32)
+
+    def embed_query(self, text: str) -> np.ndarray:
+        vector = np.zeros(64, dtype=np.float32)
+        for word in text.lower().split():
+            vector[sum(map(ord, word)) % 64] += 1.0
+        return vector / max(float(np.linalg.norm(vector)), 1e-9)
+
+
+def client_with(backend: RankingBackend) -> LLMClient:
+    return LLMClient(backend, LLMSettings(repair_retries=0))
+
+
+@pytest.fixture()
+def store(tmp_path: Path):
+    """200 papers: paper NNN has grade NNN % 7 except a few planted best ones deep in the ranking."""
+    store = CorpusStore(tmp_path / "corpus.sqlite3")
+    for number in range(200):
+        grade = 50 if number in (150, 170, 199) else number % 7
+        store.put_paper(
+            Paper(
+                id=f"p{number:03d}",
+                title=f"Paper{number:03d} grade{grade:02d}",
+                abstract=" ".join(["word"] * 40) + f" grade{grade:02d}",
+                source_format="test",
+            ),
+            "sha",
+        )
+    yield store
+    store.close()
+
+
+def first_stage(count: int = 200) -> Ranking:
+    return Ranking(
+        query="what is best",
+        method="hybrid",
+        candidates=[
+            Candidate(paper_id=f"p{number:03d}", score=1.0 - number / 1000, rank=number + 1) for number in range(count)
+        ],
+    )
+
+
+def ids(ranking: Ranking) -> list[str]:
+    return [candidate.paper_id for candidate in ranking.candidates]
+
+
+# permutation parsing
+
+
+def test_parser_drops_duplicates_and_unknown_ids_and_appends_missing_in_prior_order():
+    order, errors = parse_permutation([3, 3, 9, 1, 0], 5)
+    assert order == [2, 0, 1, 3, 4]
+    assert errors == ParseErrors(answers=1, duplicates=1, unknown=2, missing=3, incomplete_answers=1)
+
+
+def test_parser_counts_nothing_for_a_clean_answer_and_keeps_prior_order_for_an_unusable_one():
+    assert parse_permutation([2, 1, 3], 3) == ([1, 0, 2], ParseErrors(answers=1))
+    order, errors = parse_permutation(None, 3)
+    assert order == [0, 1, 2] and errors.unusable == 1 and errors.missing == 3
+    order, errors = parse_permutation([3], 4, requested=2)  # asked for the best 2, named 1
+    assert order == [2, 0, 1, 3] and errors.missing == 1 and errors.incomplete_answers == 1
+    assert parse_permutation([3, 1], 4, requested=2)[1] == ParseErrors(answers=1)
+
+
+def test_an_unparseable_listwise_answer_keeps_the_prior_order_and_is_counted():
+    backend = RankingBackend(scripted=["no idea", '{"ranking": [2, 2, 7]}'])
+    llm = ListwiseLLM(client_with(backend), window_tokens=1000)
+    assert llm.order_window("q", ["a", "b", "c"]) == [0, 1, 2]
+    assert llm.order_window("q", ["a", "b", "c"]) == [1, 0, 2]  # duplicate and unknown dropped, rest appended
+    assert (llm.errors.unusable, llm.errors.duplicates, llm.errors.unknown, llm.errors.answers) == (1, 1, 1, 2)
+
+
+# windowing
+
+
+def test_coarse_windows_over_200_candidates_fit_the_budget_and_bubble_up_the_best(store: CorpusStore):
+    backend = RankingBackend()
+    llm = ListwiseLLM(client_with(backend), window_tokens=600)
+    texts = PaperTexts(store)
+    passages = [texts.passage(f"p{number:03d}", 8) for number in range(200)]
+    order = llm.sliding("what is best", passages, window=200, carry=10, full_answers=False)
+    assert sorted(order) == list(range(200))
+    assert set(order[:3]) == {150, 170, 199}  # planted deep in the list, found by windows sliding up
+    windows = [LINE.findall(request) for request in backend.listwise_requests()]
+    assert len(windows) > 1
+    assert all(sum(estimated_tokens(text) for _, text in window) <= 600 for window in windows)
+    assert all("numbers of the 10 most" in request for request in backend.listwise_requests())
+
+
+def test_rankgpt_sliding_window_makes_the_expected_windows(store: CorpusStore):
+    backend = RankingBackend()
+    settings = Settings.load(overrides={"rerank.window": 20, "rerank.stride": 10, "rerank.sliding_depth": 100})
+    reranker = make_reranker(settings, store, client_with(backend), method="sliding-window")
+    result = reranker.rank("what is best", first_stage())
+    windows = [LINE.findall(request) for request in backend.listwise_requests()]
+    assert [len(window) for window in windows] == [20] * 9  # (100 - 20) / 10 + 1
+    assert ids(result)[:1] == ["p006"] and result.method == "hybrid>sliding-window"  # best grade in the top 100
+    assert ids(result)[100:] == ids(first_stage())[100:]  # beyond the depth: first-stage order
+    assert sorted(ids(result)) == sorted(ids(first_stage())) and [c.rank for c in result.candidates] == list(
+        range(1, 201)
+    )
+
+
+# coarse -> fine
+
+
+def corank(store: CorpusStore, backend: RankingBackend, tmp_path: Path, **overrides) -> CoarseToFineReranker:
+    settings = RerankSettings(pool=200, fine_k=5, window_tokens=1500, **overrides)
+    texts = PaperTexts(store)
+    features = CompactFeatures(
+        FeatureCache(tmp_path / "features.sqlite3"), texts, HashEmbedder(), settings, client_with(backend)
+    )
+    llm = ListwiseLLM(client_with(backend), settings.window_tokens)
+    return CoarseToFineReranker("corank", llm, texts, settings, form4_representation(features, texts, settings))
+
+
+def test_corank_ranks_features_coarsely_then_the_shortlist_on_full_text(store: CorpusStore, tmp_path: Path):
+    backend = RankingBackend()
+    result = corank(store, backend, tmp_path).rank("what is best", first_stage())
+    listwise = backend.listwise_requests()
+    coarse, fine = listwise[:-1], listwise[-1]
+    assert coarse and all("Category: Science > Paper" in request for request in coarse)
+    assert "Category:" not in fine and len(LINE.findall(fine)) == 5 and "word word" in fine
+    assert set(ids(result)[:3]) == {"p150", "p170", "p199"}
+    assert sorted(ids(result)) == sorted(ids(first_stage()))
+    assert result.method == "hybrid>corank"
+
+
+def test_features_are_extracted_once_and_reused_until_the_content_changes(store: CorpusStore, tmp_path: Path):
+    backend = RankingBackend()
+    reranker = corank(store, backend, tmp_path)
+    reranker.rank("what is best", first_stage(20))
+    extractions = [request for request in backend.requests if request.startswith("Document:")]
+    assert len(extractions) == 20
+    backend.requests.clear()
+    second = corank(store, backend, tmp_path)  # a fresh process would open the same cache file
+    with tracing() as trace:
+        second.rank("what is best", first_stage(20))
+    assert not [request for request in backend.requests if request.startswith("Document:")]
+    assert all(call.prompt == "rerank_listwise" for call in trace.calls)
+    paper = store.get_paper("p003")
+    store.put_paper(paper.model_copy(update={"abstract": "changed text grade01"}), "sha2")
+    backend.requests.clear()
+    corank(store, backend, tmp_path).rank("what is best", first_stage(20))
+    assert len([request for request in backend.requests if request.startswith("Document:")]) == 1
+
+
+def test_form4_keeps_the_most_query_similar_section_and_keywords(store: CorpusStore, tmp_path: Path):
+    settings = RerankSettings(keywords=1)
+    features = CompactFeatures(
+        FeatureCache(tmp_path / "f.sqlite3"), PaperTexts(store), HashEmbedder(), settings, client_with(RankingBackend())
+    )
+    features.ensure(["p001"])
+    text = features.form4(HashEmbedder().embed_query("generic"), "p001")
+    assert text == "Category: Science > Paper001. Section: Results: Paper001 grade01 results. Keywords: generic"
+
+
+def test_truncated_control_matches_the_form4_length_without_features(store: CorpusStore, tmp_path: Path):
+    backend = RankingBackend()
+    settings = RerankSettings()
+    texts = PaperTexts(store)
+    features = CompactFeatures(FeatureCache(tmp_path / "f.sqlite3"), texts, HashEmbedder(), settings, client_with(backend))
+    form4 = form4_representation(features, texts, settings)
+    pool = first_stage(3).candidates
+    compact, truncated = form4("q", pool), truncated_representation(form4, texts)("q", pool)
+    assert [len(text.split()) for text in truncated] == [len(text.split()) for text in compact]
+    assert all(text.startswith("Paper") and "Category" not in text for text in truncated)
+
+
+def test_random_pool_control_is_seeded_and_reranks_only_its_draw(store: CorpusStore):
+    settings = RerankSettings(pool=200, fine_k=5)
+    backend = RankingBackend()
+    reranker = RandomPoolReranker(ListwiseLLM(client_with(backend), 3000), PaperTexts(store), settings)
+    first, again = reranker.rank("q", first_stage()), reranker.rank("q", first_stage())
+    assert ids(first) == ids(again) and len(LINE.findall(backend.listwise_requests()[0])) == 5
+    other = RandomPoolReranker(ListwiseLLM(client_with(backend), 3000), PaperTexts(store), settings.model_copy(
+        update={"random_seed": 1}))
+    assert ids(other.rank("q", first_stage()))[:5] != ids(first)[:5]
+
+
+# factory
+
+
+def test_default_is_first_stage_without_a_trained_cross_encoder(store: CorpusStore, tmp_path: Path):
+    settings = Settings.load(overrides={"store.home": str(tmp_path / "home")})
+    assert isinstance(make_reranker(settings, store), FirstStage)
+    with pytest.raises(ValueError, match="needs an LLM client"):
+        make_reranker(settings, store, method="corank")
+    with pytest.raises(ValueError, match="train-reranker"):
+        make_reranker(settings, store, method="cross-encoder")

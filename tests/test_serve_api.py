@@ -1,0 +1,164 @@
+"""The HTTP API against a real uvicorn server on 127.0.0.1 over a small real corpus (two LitQA2 PDFs)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from urllib.parse import quote
+
+import httpx
+import pytest
+from serve_support import PDFS, QUESTION, UPLOAD_PDF, build_corpus, corpus_settings, fake_ask, sse_events
+
+from strata.documents.model import Locator
+from strata.serve.app import background_server, create_app
+from strata.store import open_store
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, shared_data: Path):
+    """A running server over a private copy of the corpus (uploads change it) and its settings."""
+    home = tmp_path_factory.mktemp("api") / "home"
+    shutil.copytree(build_corpus(tmp_path_factory.getbasetemp(), shared_data), home)
+    settings = corpus_settings(home)
+    with background_server(create_app(settings, ask_fn=fake_ask)) as url:
+        with httpx.Client(base_url=url, timeout=60) as client:
+            yield client, settings
+
+
+def test_health_counts_the_corpus(server) -> None:
+    client, _ = server
+    health = client.get("/health").json()
+    assert health["status"] == "ok" and health["auth"] is False
+    assert health["corpus"]["papers"] >= len(PDFS) and health["corpus"]["chunks"] > 50
+
+
+def test_search_ranks_the_right_paper_first_with_locators_that_resolve(server) -> None:
+    client, settings = server
+    response = client.get("/search", params={"q": "KCNJ11 loss-of-function mutation sulfonylurea diabetes", "k": 2})
+    assert response.status_code == 200
+    ranking = response.json()
+    assert ranking["candidates"][0]["paper_id"] == "10.1007_s00125-024-06103-w"
+    with open_store(settings) as store:
+        for candidate in ranking["candidates"]:
+            for hit in candidate["chunks"]:
+                assert Locator.model_validate(hit["locator"]).resolve(store.paper_text(candidate["paper_id"])) \
+                    == hit["text"]
+
+
+def test_paper_view_carries_the_section_tree(server) -> None:
+    client, settings = server
+    view = client.get("/papers/10.1101_2024.02.13.580051").json()
+    with open_store(settings) as store:
+        paper = store.get_paper("10.1101_2024.02.13.580051")
+    assert view["title"] == paper.title and view["chunks"] == len(paper.chunks)
+    assert [s["title"] for s in view["sections"]] == [s.title for s in paper.sections]
+    results = next(s for s in view["sections"] if s["title"] == "Results")
+    assert results["children"] and results["children"][0]["path"][0] == "Results"
+    assert client.get("/papers/no-such-paper").status_code == 404
+
+
+def test_locate_returns_the_exact_span_with_its_context(server) -> None:
+    client, settings = server
+    with open_store(settings) as store:
+        paper = store.get_paper("10.1007_s00125-024-06103-w")
+    chunk = paper.chunks[5]
+    located = client.get(f"/locate/{quote(str(chunk.locator), safe='')}", params={"context": 30}).json()
+    assert located["text"] == paper.text[chunk.char_start : chunk.char_end]
+    assert located["before"] == paper.text[chunk.char_start - 30 : chunk.char_start]
+    assert located["after"] == paper.text[chunk.char_end : chunk.char_end + 30]
+    assert tuple(located["section_path"]) == chunk.section_path and located["title"] == paper.title
+    assert client.get("/locate/not-a-locator").status_code == 400
+    assert client.get(f"/locate/{quote('10.1007_s00125-024-06103-w#0-99999999', safe='')}").status_code == 400
+    assert client.get(f"/locate/{quote('nobody#0-1', safe='')}").status_code == 404
+
+
+def test_toc_without_a_question_is_the_papers_section_tree(server) -> None:
+    client, _ = server
+    toc = client.get("/toc/10.1007_s00125-024-06103-w").json()
+    assert toc["answer"] is None
+    assert "Methods" in [section["title"] for section in toc["sections"]]
+
+
+def test_ask_streams_stages_then_an_answer_whose_evidence_resolves(server) -> None:
+    client, _ = server
+    response = client.post("/ask", json={"question": QUESTION})
+    assert response.status_code == 200 and response.headers["content-type"].startswith("text/event-stream")
+    events = sse_events(response)
+    names = [name for name, _ in events]
+    assert names[-1] == "result" and set(names[:-1]) == {"stage"} and len(names) >= 4
+    assert [data["stage"] for _, data in events[:2]] == ["retrieve", "retrieve"]
+    answer = events[-1][1]["answer"]
+    assert "[1]" in answer["text"] and answer["evidence"]
+    for evidence in answer["evidence"]:
+        located = client.get(f"/locate/{quote(evidence['locator'], safe='')}").json()
+        assert located["text"] == evidence["text"] and evidence["quote"] in located["text"]
+
+
+def test_openapi_and_the_page_are_served(server) -> None:
+    client, _ = server
+    paths = client.get("/openapi.json").json()["paths"]
+    assert {"/search", "/ask", "/ingest", "/papers/{paper_id}", "/locate/{locator}", "/toc/{paper_id}",
+            "/health"} <= set(paths)
+    page = client.get("/")
+    assert page.status_code == 200 and 'id="question"' in page.text
+    assert client.get("/static/app.js").status_code == 200
+
+
+def test_uploaded_pdf_is_stored_inside_the_root_and_becomes_searchable(server, shared_data: Path) -> None:
+    client, settings = server
+    pdf = shared_data / "litqa2" / "pdfs" / UPLOAD_PDF
+    with open_store(settings) as store:
+        before = set(store.paper_ids())
+    with pdf.open("rb") as handle:
+        response = client.post("/ingest", files=[("files", ("upload.pdf", handle, "application/pdf"))])
+    assert response.status_code == 200, response.text
+    (outcome,) = response.json()["files"]
+    assert outcome == {**outcome, "status": "ok", "path": "uploads/upload.pdf", "papers_added": 1}
+    stored = Path(settings.store.home) / "files" / "uploads" / "upload.pdf"
+    assert stored.read_bytes() == pdf.read_bytes()
+    with open_store(settings) as store:
+        (new_id,) = set(store.paper_ids()) - before
+        title = store.get_paper(new_id).title
+    ranking = client.get("/search", params={"q": title, "k": 1}).json()
+    assert ranking["candidates"][0]["paper_id"] == new_id
+
+
+def test_a_folder_inside_the_storage_root_is_ingested(server, shared_data: Path) -> None:
+    client, settings = server
+    folder = Path(settings.store.home) / "files" / "batch"
+    folder.mkdir(parents=True)
+    shutil.copy(shared_data / "litqa2" / "pdfs" / PDFS[0], folder / PDFS[0])
+    papers = client.get("/health").json()["corpus"]["papers"]
+    response = client.post("/ingest", data={"folder": "batch"})
+    assert response.status_code == 200, response.text
+    (outcome,) = response.json()["files"]
+    assert outcome["path"] == f"batch/{PDFS[0]}" and outcome["status"] == "ok"
+    assert client.get("/health").json()["corpus"]["papers"] == papers  # the same paper again: stored once
+    assert client.post("/ingest", data={"folder": "missing"}).status_code == 404
+
+
+def test_the_default_ask_opens_the_read_pipeline_once_and_closes_it_with_the_service(tmp_path, monkeypatch) -> None:
+    from contextlib import contextmanager
+
+    import strata.read.pipeline
+    from strata.serve.service import CorpusService
+
+    opened: list[str] = []
+
+    class Pipeline:
+        def ask(self, question, *, options, answer_format, on_event):
+            return question
+
+    @contextmanager
+    def open_pipeline(settings):
+        opened.append("open")
+        yield Pipeline()
+        opened.append("closed")
+
+    monkeypatch.setattr(strata.read.pipeline, "open_pipeline", open_pipeline)
+    service = CorpusService(corpus_settings(tmp_path / "home"))
+    assert [service.ask("first?"), service.ask("second?")] == ["first?", "second?"]
+    assert opened == ["open"]
+    service.close()
+    assert opened == ["open", "closed"]
