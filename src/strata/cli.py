@@ -160,13 +160,6 @@ def eval_retrieval(args: argparse.Namespace, settings: Settings) -> RetrievalEva
     )
 
 
-def cmd_eval_retrieval(args: argparse.Namespace, settings: Settings) -> int:
-    from strata.eval.retrieval import format_result
-
-    print(format_result(eval_retrieval(args, settings)))
-    return 0
-
-
 def eval_toc(args: argparse.Namespace, settings: Settings) -> TocEvalResult:
     from strata.eval.toc import run_toc_eval
 
@@ -174,17 +167,6 @@ def eval_toc(args: argparse.Namespace, settings: Settings) -> TocEvalResult:
         settings, Path(args.dataset), args.method, book=args.book,
         adapter=Path(args.adapter) if args.adapter else None, output_dir=Path(args.output),
     )
-
-
-def cmd_eval_toc(args: argparse.Namespace, settings: Settings) -> int:
-    from strata.eval.toc import format_toc_result
-
-    result = eval_toc(args, settings)
-    if args.json:
-        _print_json(result)
-    else:
-        print(format_toc_result(result))
-    return 0
 
 
 def eval_qa(args: argparse.Namespace, settings: Settings) -> QAEvalResult:
@@ -196,14 +178,17 @@ def eval_qa(args: argparse.Namespace, settings: Settings) -> QAEvalResult:
     )
 
 
-def cmd_eval_qa(args: argparse.Namespace, settings: Settings) -> int:
-    from strata.eval.qa import format_qa_result
+def cmd_eval_task(args: argparse.Namespace, settings: Settings) -> int:
+    """`strata eval retrieval|toc|qa`: run the evaluation the subcommand names (`evaluate`) and print its result with
+    its module's formatter (`formatter`, imported only now: the eval modules pull in heavy stages)."""
+    import importlib
 
-    result = eval_qa(args, settings)
+    result = args.evaluate(args, settings)
     if args.json:
         _print_json(result)
     else:
-        print(format_qa_result(result))
+        module, name = args.formatter
+        print(getattr(importlib.import_module(module), name)(result))
     return 0
 
 
@@ -387,31 +372,31 @@ def build_parser() -> argparse.ArgumentParser:
     command("mcp", cmd_mcp, "MCP server over stdio: tools search, ask, toc, read_section")
 
     eval_cmd = commands.add_parser("eval", help="evaluation").add_subparsers(dest="eval_command", required=True)
-    retrieval = command("retrieval", cmd_eval_retrieval, "BEIR-format retrieval evaluation", eval_cmd)
+    retrieval = command("retrieval", cmd_eval_task, "BEIR-format retrieval evaluation", eval_cmd)
     retrieval.add_argument("--dataset", required=True, help="BEIR folder: corpus.jsonl, queries.jsonl, qrels/")
     retrieval.add_argument("--method", choices=["bm25", "dense", "hybrid"], default="hybrid")
     retrieval.add_argument("--split", default="test", help="qrels split")
     retrieval.add_argument("--output", default="runs", help="folder for the TREC run and JSON result")
-    retrieval.set_defaults(evaluate=eval_retrieval)
+    retrieval.set_defaults(evaluate=eval_retrieval, formatter=("strata.eval.retrieval", "format_result"))
 
     toc_help = "ToC retrieval on OpenStax ToC-QA: R@1, R@3, nDCG@3, hallucination"
-    toc_eval = command("toc", cmd_eval_toc, toc_help, eval_cmd)
+    toc_eval = command("toc", cmd_eval_task, toc_help, eval_cmd)
     toc_eval.add_argument("--dataset", required=True, help="OpenStax ToC-QA folder (books with derived/), or one book")
     toc_eval.add_argument("--book", help="evaluate only this book (folder name; default: every book)")
     toc_eval.add_argument("--method", choices=["bm25", "dense", "llm", "llm-free", "stair", "dsi"], default="bm25",
                           help="llm: zero-shot, trie-constrained; llm-free: zero-shot free generation")
     toc_eval.add_argument("--adapter", help="saved LoRA adapter folder (stair, dsi)")
     toc_eval.add_argument("--output", default="runs", help="folder for the predictions JSONL and JSON result")
-    toc_eval.set_defaults(evaluate=eval_toc)
+    toc_eval.set_defaults(evaluate=eval_toc, formatter=("strata.eval.toc", "format_toc_result"))
 
     qa_help = "question answering with `ask`: MC accuracy, cited gold papers, evidence overlap"
-    qa = command("qa", cmd_eval_qa, qa_help, eval_cmd)
+    qa = command("qa", cmd_eval_task, qa_help, eval_cmd)
     qa.add_argument("--dataset", required=True, help="LitQA2 folder (questions.jsonl, pdfs/) or SciFact original")
     qa.add_argument("--split", help="SciFact claims split (default dev)")
     qa.add_argument("--limit", type=int, help="evaluate only the first N questions")
     qa.add_argument("--store", help="existing store home that already holds the corpus (read only; default: ingest)")
     qa.add_argument("--output", default="runs", help="folder for the predictions JSONL and JSON result")
-    qa.set_defaults(evaluate=eval_qa)
+    qa.set_defaults(evaluate=eval_qa, formatter=("strata.eval.qa", "format_qa_result"))
 
     matrix_help = "rerun the reproduction matrix (each row carries its own flags); exit 1 when a score drifts"
     matrix = command("matrix", cmd_eval_matrix, matrix_help, eval_cmd)
