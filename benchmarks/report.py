@@ -2,9 +2,10 @@
 
     python benchmarks/report.py
 
-Every number in the section comes from a results file (retrieval.json, matrix.json, stair*.json, llm.json); a file
-that does not exist yet leaves its part out. The section sits between the README markers below and is rewritten
-whole, so edit this script, never the section.
+Every number in the section comes from a results file (retrieval.json, matrix.json, stair*.json, lit3r_retrieval.json,
+corank.json, read.json, reliability.json, scale.json, load*.json, llm.json); a file that does not exist yet leaves its
+part out. The section sits between the README markers below and is rewritten whole, so edit this script, never the
+section.
 """
 
 from __future__ import annotations
@@ -50,6 +51,12 @@ def render_results(results: Path, figures: Sequence[Figure]) -> str:
         _from_file(results / "retrieval.json", retrieval_section),
         _from_file(results / "matrix.json", matrix_section),
         toc_sections(results),
+        _from_file(results / "lit3r_retrieval.json", lit3r_section),
+        _from_file(results / "corank.json", corank_section),
+        _from_file(results / "read.json", read_section),
+        _from_file(results / "reliability.json", reliability_section),
+        _from_file(results / "scale.json", scale_section),
+        load_section(results),
         _from_file(results / "llm.json", llm_section),
         figures_section(figures),
     ]
@@ -176,6 +183,268 @@ def toc_experiment(experiment: dict[str, Any], source: str) -> str:
     return "\n".join(lines)
 
 
+def lit3r_section(data: dict[str, Any]) -> str:
+    ks = ("R@1", "R@10", "R@50")
+    rows = []
+    for dataset, entry in data["datasets"].items():
+        for row in entry["rows"]:
+            multi = row["multi_gold_questions"]
+            rows.append(
+                [
+                    dataset,
+                    row["name"],
+                    str(row["questions"]),
+                    *(f"{row['recall'][k]:.3f}" for k in ks),
+                    str(multi),
+                    " / ".join(f"{row['multi_gold_recall'][k]:.3f}" for k in ks) if multi else "-",
+                    f"{row['llm_calls_per_question']:.2f}",
+                    f"{row['tokens_in_per_question']:.0f} / {row['tokens_out_per_question']:.0f}",
+                ]
+            )
+    header = [
+        "dataset", "row", "n", *ks, "multi-gold n", "multi-gold R@1 / R@10 / R@50", "LLM calls/q",
+        "tokens in / out per q",
+    ]  # fmt: skip
+    title = "### Lit3R retrieval: candidate-paper recall (Retrieve = A, Relate = B)"
+    lines = [title, "", markdown_table(header, rows), ""]
+    if data.get("caps"):
+        caps = "; ".join(f"{name.replace('_', ' ')}: {value}" for name, value in data["caps"].items())
+        lines.append(f"Caps: {caps}.")
+    llm = data["llm"]
+    lines.append(
+        f"LLM: {llm['model']} ({llm['backend']}, response cache {'on' if llm['cache'] else 'off'}; calls and tokens "
+        "include cache hits)."
+    )
+    lines.append(
+        "Source: `benchmarks/results/lit3r_retrieval.json` (`python benchmarks/lit3r_retrieval.py --part no-llm`, then "
+        "`--part llm --llm-questions N`)."
+    )
+    return "\n".join(lines)
+
+
+def corank_section(data: dict[str, Any]) -> str:
+    rows = [
+        [
+            row["method"],
+            str(row["queries"]),
+            f"{row['nDCG@10']:.4f}",
+            f"{row['R@10']:.4f}",
+            _number(row.get("llm_calls_per_query"), ".1f"),
+            _number(row.get("tokens_in_per_query"), ".0f"),
+            _number(row.get("tokens_out_per_query"), ".0f"),
+            _number(row.get("seconds_per_query"), ".1f"),
+        ]
+        for row in data["rows"]
+    ]
+    header = ["method", "queries", "nDCG@10", "R@10", "LLM calls/q", "tokens in/q", "tokens out/q", "s/q"]
+    caps = data["caps"]
+    lines = [
+        f"### Reranking: CoRank and baselines ({data['dataset']}, {data['llm']['model']})",
+        "",
+        markdown_table(header, rows),
+        "",
+        f"Caps: {caps['queries']} queries for the LLM rerankers, {caps['ce_queries']} for the cross-encoder and first "
+        f"stages (compare rows with equal query counts); pool {caps['pool']}, fine k {caps['fine_k']}, listwise depth "
+        f"{caps['listwise_depth']}, sliding depth {caps['sliding_depth']} (window {caps['window']}, stride "
+        f"{caps['stride']}), {caps['passage_words']} words per passage, cross-encoder depth {caps['ce_depth']}"
+        f"{' (not trained in this run)' if caps.get('no_train') else ''}.",
+    ]
+    for feature_pass in data.get("features", {}).get("passes", []):
+        lines.append(
+            f"Feature extraction, {feature_pass['pass']} pass: {feature_pass['documents']} documents, "
+            f"{feature_pass['extracted']} extracted, {feature_pass['cached']} from the cache, "
+            f"{feature_pass['llm']['calls']} LLM calls ({feature_pass['llm']['tokens_in']:,} tokens in, "
+            f"{feature_pass['llm']['tokens_out']:,} out), {feature_pass['seconds']:.1f} s."
+        )
+    lines.append("Source: `benchmarks/results/corank.json` (`python benchmarks/corank.py`, flags as the caps above).")
+    return "\n".join(lines)
+
+
+def read_section(data: dict[str, Any]) -> str:
+    names = (
+        "accuracy", "precision", "coverage", "cited_gold_paper", "evidence_overlap",
+        "sentence_precision", "sentence_recall", "sentence_f1",
+    )  # fmt: skip
+    rows = [
+        [
+            dataset,
+            str(run["questions"]),
+            *(_score(run["metrics"].get(name)) for name in names),
+            str(run["llm_calls"]),
+            f"{run['llm_tokens_in']:,}",
+            f"{run['seconds_per_question']:.0f}",
+        ]
+        for dataset, run in data["results"].items()
+    ]
+    header = [
+        "dataset", "n", "accuracy", "precision", "coverage", "cited gold paper", "evidence overlap",
+        "sentence P", "sentence R", "sentence F1", "LLM calls", "tokens in", "s/question",
+    ]  # fmt: skip
+    title = "### Read: `ask` end to end (Retrieve -> Relate -> Read, embedded LLM)"
+    lines = [title, "", markdown_table(header, rows), ""]
+    for dataset, run in data["results"].items():
+        caps = run["caps"]
+        lines.append(
+            f"Caps, {dataset}: first {caps['limit']} questions, {caps['max_papers']} papers read per question, "
+            f"{caps['passages_per_paper']} passages per paper, {caps['max_evidence']} evidence passages, LLM retrieval "
+            f"{'on' if caps['llm_retrieval'] else 'off'}; model {run['models']['llm_model']}."
+        )
+    lines.append(f"SciFact claims: {data['scifact_selection']}; sentence P/R/F1 are against the rationale sentences.")
+    lines.append(
+        "Source: `benchmarks/results/read.json` (`python benchmarks/read.py --litqa2-limit N --scifact-limit N`)."
+    )
+    return "\n".join(lines)
+
+
+def reliability_section(data: dict[str, Any]) -> str:
+    crash, fuzz, llm = data.get("crash", {}), data.get("fuzz", {}), data.get("llm", {})
+    outcomes = fuzz.get("outcomes", {})
+    # As benchmarks/reliability.py's own table: a fuzz worker that died counts as a crash.
+    crashes = outcomes.get("crash", 0) + bool(fuzz.get("worker_returncode"))
+    llm_errors = (
+        f"{llm['clear_errors']} / {llm['calls']} (slowest {llm['max_seconds']} s, bound {llm['bound_s']} s)"
+        if llm
+        else "-"
+    )
+    rows = [
+        ["crash trials (SIGKILL during ingest, then rerun)",
+         f"{crash.get('trials', '-')} ({crash.get('dense_trials', '-')} with the dense index)"],
+        ["faults injected",
+         f"{crash.get('kills', '-')} ingest kills, {llm.get('faults_injected', '-')} failed LLM requests"],
+        ["inputs fuzzed (named + hypothesis)",
+         f"{fuzz.get('inputs', '-')} ({outcomes.get('parsed', 0)} parsed, {outcomes.get('error', 0)} clear errors)"],
+        ["documents lost", str(crash.get("papers_lost", "-"))],
+        ["crash trials differing from a clean ingest", str(crash.get("failed_trials", "-"))],
+        ["crashes (fuzz inputs escaping the per-file path)", str(crashes) if fuzz else "-"],
+        ["hangs (past the per-file limit)", str(outcomes.get("hang", 0)) if fuzz else "-"],
+        ["LLM calls ending in a clear error", llm_errors],
+        ["fabricated citations accepted",
+         "not measured by this benchmark (tests/test_reliability_injection.py asserts none)"],
+    ]  # fmt: skip
+    # reliability.py records one command per set of parts it ran (command_crash_fuzz_llm, command_llm, ...).
+    commands = ", ".join(f"`python {value}`" for key, value in sorted(data.items()) if key.startswith("command_"))
+    return "\n".join(
+        [
+            "### Reliability: crashes, hostile inputs, failing LLM servers",
+            "",
+            markdown_table(["measure", "result"], rows),
+            "",
+            f"Caps: fuzz per-file timeout {fuzz.get('per_file_timeout_s', '-')} s under a "
+            f"{fuzz.get('memory_limit_mb', '-')} MB memory limit (peak {fuzz.get('peak_rss_mb', '-')} MB); dense crash "
+            f"trials use {crash.get('dense_encoder', '-').replace(f'{ROOT}/', '')}.",
+            f"Source: `benchmarks/results/reliability.json` ({commands or '`python benchmarks/reliability.py`'}).",
+        ]
+    )
+
+
+def scale_section(data: dict[str, Any]) -> str:
+    rows = []
+    for size in data.get("sizes", []):
+        build, search = size["build"], size["search"]
+        rows.append(
+            [
+                f"{build['chunks']:,}",
+                build["dense_kind"],
+                f"{build['build_seconds']:,.0f} (store {build['store_seconds']:,.0f}, BM25 "
+                f"{build['bm25_seconds']:,.0f}, vectors {build['dense_seconds']:,.0f})",
+                f"{build['peak_rss_mb']:,.0f}",
+                f"{build['disk_mb']:,.0f}",
+                f"{search['strata_p50_ms']:.0f} / {search['strata_p95_ms']:.0f}",
+                f"{search['direct_p50_ms']:.0f} / {search['direct_p95_ms']:.0f}",
+                f"{search['ratio_p50']:.2f} / {search['ratio_p95']:.2f}",
+            ]
+        )
+    if data.get("extrapolated"):
+        guess = data["extrapolated"]
+        rows.append(
+            [
+                f"{guess['chunks']:,} (extrapolated, not measured)",
+                data["sizes"][-1]["build"]["dense_kind"],
+                f"~{guess['build_seconds']:,.0f}",
+                f"~{guess['peak_rss_mb']:,.0f}",
+                f"~{guess['disk_mb']:,.0f}",
+                "-",
+                "-",
+                "-",
+            ]
+        )
+    header = [
+        "chunks", "dense", "build s", "peak RSS MB", "disk MB", "Strata hybrid p50 / p95 ms",
+        "tantivy + faiss direct p50 / p95 ms", "ratio p50 / p95",
+    ]  # fmt: skip
+    lines = ["### Scale: index build and hybrid search on one machine", "", markdown_table(header, rows), ""]
+    if data.get("sizes"):
+        searches = [size["search"] for size in data["sizes"]]
+        loads = " / ".join(f"{search['load_average_1min']:.0f}" for search in searches)
+        lines.append(
+            f"Caps: {searches[0]['queries']} SciFact test claims searched per size (depth {searches[0]['depth']}), "
+            f"{data['machine']['cpus']} CPUs at nice {data['machine']['nice']}, 1-minute load "
+            f"{loads} while searching (compare the same-run ratios, not absolutes); query embedding is excluded "
+            f"from both sides of the ratio. Corpus: {data['corpus']}."
+        )
+    if data.get("extrapolated"):
+        lines.append("The extrapolated row grows linearly from the two largest measured sizes; it is an estimate.")
+    if data.get("backends"):
+        backends = data["backends"]
+        header = [
+            "SciFact nDCG@10", "SQLite (tantivy + faiss)", "PostgreSQL (SQL BM25 + pgvector)", "delta",
+            "p50 ms SQLite / PostgreSQL",
+        ]  # fmt: skip
+        lines += [
+            "",
+            markdown_table(header, [_backend_row(backends, method) for method in ("bm25", "dense", "hybrid")]),
+            "",
+            f"Backends: {backends['queries']} SciFact test claims, the same vectors in both stores (migrated in "
+            f"{backends['migrate_seconds']:.0f} s, no re-embedding).",
+        ]
+    lines.append("Source: `benchmarks/results/scale.json` (`nice -n 10 python benchmarks/scale.py`).")
+    return "\n".join(lines)
+
+
+def _backend_row(backends: dict[str, Any], method: str) -> list[str]:
+    lite, postgres = backends[f"sqlite/{method}"], backends[f"postgres/{method}"]
+    return [
+        method,
+        f"{lite['nDCG@10']:.4f}",
+        f"{postgres['nDCG@10']:.4f}",
+        f"{backends[f'delta/{method}']:+.4f}",
+        f"{lite['p50_ms']:.0f} / {postgres['p50_ms']:.0f}",
+    ]
+
+
+def load_section(results: Path) -> str:
+    """One row per benchmarks/results/load*.json (benchmarks/load.py, one file per search method)."""
+    runs = [json.loads(path.read_text(encoding="utf-8")) for path in sorted(results.glob("load*.json"))]
+    if not runs:
+        return ""
+    rows = [
+        [
+            run["method"],
+            str(run["clients"]),
+            str(run["requests_ok"]),
+            str(run["errors"]),
+            f"{run['throughput_rps']:.1f}",
+            *(f"{run['latency_ms'][name]:,.0f}" for name in ("p50", "p95", "p99")),
+        ]
+        for run in runs
+    ]
+    first = runs[0]
+    return "\n".join(
+        [
+            "### Load test: HTTP `/search` on loopback",
+            "",
+            markdown_table(["method", "clients", "requests ok", "errors", "req/s", "p50 ms", "p95 ms", "p99 ms"], rows),
+            "",
+            f"Caps: {first['clients']} concurrent clients for {first['seconds']:.0f} s per method, {first['queries']} "
+            f"LitQA2 questions cycled, k {first['k']}, corpus {first['corpus']['papers']} papers / "
+            f"{first['corpus']['chunks']:,} chunks; {first['machine']['cpus']} CPUs ({first['machine']['note']}).",
+            "Source: `benchmarks/results/load*.json` ("
+            + ", ".join(f"`{run['command']}`" for run in runs)
+            + ").",
+        ]
+    )
+
+
 def llm_section(data: dict[str, Any]) -> str:
     rows = [
         [
@@ -221,6 +490,10 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 
 def _score(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f}"
+
+
+def _number(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
 
 
 if __name__ == "__main__":

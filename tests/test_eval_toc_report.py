@@ -50,3 +50,46 @@ def test_every_stair_part_is_rendered_with_training_and_the_randomization_test(t
         "seed 7)" in text
     assert "Questions: 60 of 120." in text and "600 wall seconds per adapter" in text
     assert "Partial: the run stopped" in text
+
+
+def load_run(method: str, p50: float, errors: int) -> dict:
+    return {"command": f"python benchmarks/load.py --method {method}", "clients": 50, "seconds": 30.0, "method": method,
+            "k": 10, "queries": 23, "corpus": {"papers": 39, "chunks": 5673}, "requests_ok": 100, "errors": errors,
+            "throughput_rps": 3.3, "latency_ms": {"p50": p50, "p95": 2 * p50, "p99": 3 * p50},
+            "machine": {"cpus": 2, "note": "shared"}}
+
+
+def scale_size(chunks: int, kind: str) -> dict:
+    build = {"chunks": chunks, "dense_kind": kind, "build_seconds": chunks / 100, "store_seconds": 1.0,
+             "bm25_seconds": 2.0, "dense_seconds": 3.0, "peak_rss_mb": 500.0, "disk_mb": 300.0}
+    search = {"queries": 100, "depth": 1000, "strata_p50_ms": 42.0, "strata_p95_ms": 60.0, "direct_p50_ms": 30.0,
+              "direct_p95_ms": 50.0, "ratio_p50": 1.4, "ratio_p95": 1.2, "load_average_1min": 8.0}
+    return {"build": build, "search": search}
+
+
+def test_scale_load_and_reliability_results_are_rendered_with_extrapolation_marked(tmp_path: Path) -> None:
+    backend = {"nDCG@10": 0.7, "p50_ms": 100.0, "p95_ms": 200.0}
+    (tmp_path / "scale.json").write_text(json.dumps({
+        "machine": {"cpus": 2, "nice": 10}, "corpus": "recombined sentences",
+        "sizes": [scale_size(100_000, "flat"), scale_size(500_000, "hnsw")],
+        "extrapolated": {"chunks": 2_500_000, "build_seconds": 25_000.0, "peak_rss_mb": 8000.0, "disk_mb": 10000.0},
+        "backends": {"queries": 300, "migrate_seconds": 5.0, **{f"{store}/{method}": backend for store in
+                     ("sqlite", "postgres") for method in ("bm25", "dense", "hybrid")},
+                     **{f"delta/{method}": 0.0 for method in ("bm25", "dense", "hybrid")}},
+    }))
+    (tmp_path / "load.json").write_text(json.dumps(load_run("hybrid", 900.0, 0)))
+    (tmp_path / "load-bm25.json").write_text(json.dumps(load_run("bm25", 200.0, 2)))
+    (tmp_path / "reliability.json").write_text(json.dumps({
+        "crash": {"trials": 20, "dense_trials": 3, "kills": 38, "papers_lost": 0, "failed_trials": 1},
+        "fuzz": {"inputs": 1529, "outcomes": {"parsed": 621, "error": 907, "hang": 1}, "worker_returncode": 0},
+    }))
+
+    text = load_report().render_results(tmp_path, [])
+
+    assert "| 100,000 | flat | 1,000 (store 1, BM25 2, vectors 3) | 500 | 300 | 42 / 60 | 30 / 50 | 1.40 / 1.20 |" \
+        in text
+    assert "| 2,500,000 (extrapolated, not measured) | hnsw | ~25,000 | ~8,000 | ~10,000 | - | - | - |" in text
+    assert "| hybrid | 0.7000 | 0.7000 | +0.0000 | 100 / 100 |" in text
+    assert "| bm25 | 50 | 100 | 2 | 3.3 | 200 | 400 | 600 |" in text and "| hybrid | 50 | 100 | 0 | 3.3 | 900 |" in text
+    assert "| documents lost | 0 |" in text and "| hangs (past the per-file limit) | 1 |" in text
+    assert "| LLM calls ending in a clear error | - |" in text  # no LLM part in this file
