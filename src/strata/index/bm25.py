@@ -49,7 +49,46 @@ def _schema() -> tantivy.Schema:
     return builder.build()
 
 
-class BM25Index:
+class TermSearch:
+    """Search by text or weighted terms, the part both BM25 backends share so they analyse, filter and order alike.
+    Subclasses set `analyzer` and implement `_scored`."""
+
+    analyzer: tantivy.TextAnalyzer
+
+    def terms(self, text: str) -> list[str]:
+        """Analysed terms of `text`, in order, with repeats."""
+        return self.analyzer.analyze(text)
+
+    def search(
+        self,
+        text: str,
+        depth: int,
+        paper_ids: Collection[str] | None = None,
+        title_tie_breaker: float = TITLE_TIE_BREAKER,
+    ) -> list[ChunkScore]:
+        return self.search_terms(Counter(self.terms(text)), depth, paper_ids, title_tie_breaker)
+
+    def search_terms(
+        self,
+        weights: Mapping[str, float],
+        depth: int,
+        paper_ids: Collection[str] | None = None,
+        title_tie_breaker: float = TITLE_TIE_BREAKER,
+    ) -> list[ChunkScore]:
+        """Best `depth` chunks for weighted terms, best first, ties by row id; optionally only these papers'."""
+        if not weights or (paper_ids is not None and not paper_ids):
+            return []
+        hits = self._scored(weights, depth, paper_ids, title_tie_breaker)
+        return sorted(hits, key=lambda hit: (-hit.score, hit.rowid))
+
+    def _scored(
+        self, weights: Mapping[str, float], depth: int, paper_ids: Collection[str] | None, title_tie_breaker: float
+    ) -> list[ChunkScore]:
+        """At most `depth` scored chunks, in any order (the backend's own scoring)."""
+        raise NotImplementedError
+
+
+class BM25Index(TermSearch):
     def __init__(self, folder: Path) -> None:
         self.folder = folder
         self.state_path = folder.with_suffix(".json")
@@ -77,29 +116,11 @@ class BM25Index:
         index = self._open()
         return index.searcher().num_docs if index else 0
 
-    def terms(self, text: str) -> list[str]:
-        """Analysed terms of `text`, in order, with repeats."""
-        return self.analyzer.analyze(text)
-
-    def search(
-        self,
-        text: str,
-        depth: int,
-        paper_ids: Collection[str] | None = None,
-        title_tie_breaker: float = TITLE_TIE_BREAKER,
+    def _scored(
+        self, weights: Mapping[str, float], depth: int, paper_ids: Collection[str] | None, title_tie_breaker: float
     ) -> list[ChunkScore]:
-        return self.search_terms(Counter(self.terms(text)), depth, paper_ids, title_tie_breaker)
-
-    def search_terms(
-        self,
-        weights: Mapping[str, float],
-        depth: int,
-        paper_ids: Collection[str] | None = None,
-        title_tie_breaker: float = TITLE_TIE_BREAKER,
-    ) -> list[ChunkScore]:
-        """Best `depth` chunks for weighted terms, best first, ties by row id; optionally only these papers'."""
         index = self._open()
-        if index is None or not weights or (paper_ids is not None and not paper_ids):
+        if index is None:
             return []
         query = self._weighted_query(weights, title_tie_breaker)
         if paper_ids is not None:
@@ -108,8 +129,7 @@ class BM25Index:
         searcher = index.searcher()
         hits = searcher.search(query, depth, count=False).hits
         rowids = searcher.fast_field_values("rowid", [address for _, address in hits])
-        ranked = [ChunkScore(rowid=int(rowid), score=float(score)) for (score, _), rowid in zip(hits, rowids)]
-        return sorted(ranked, key=lambda hit: (-hit.score, hit.rowid))
+        return [ChunkScore(rowid=int(rowid), score=float(score)) for (score, _), rowid in zip(hits, rowids)]
 
     def _weighted_query(self, weights: Mapping[str, float], title_tie_breaker: float) -> Query:
         # Per field, the weighted sum of its terms' BM25; across fields, the best field plus half the other

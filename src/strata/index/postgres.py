@@ -15,7 +15,8 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 
 import numpy as np
 import psycopg
@@ -23,7 +24,7 @@ from pgvector.psycopg import register_vector
 from pydantic import Field
 
 from strata.config import IndexSettings
-from strata.index.bm25 import FIELDS, TITLE_TIE_BREAKER, english_analyzer
+from strata.index.bm25 import FIELDS, TermSearch, english_analyzer
 from strata.index.dense import embedding_text
 from strata.index.embedder import Embedder
 from strata.index.state import ChunkScore, ChunkVectors, IndexSyncStats, SyncProgress, SyncState
@@ -104,6 +105,32 @@ class _PgIndex:
             (self.name, state.model_dump_json()),
         )
 
+    def _start_sync(self, store: PostgresCorpusStore, state: SyncState) -> tuple[IndexSyncStats, int]:
+        """Drop the chunks removed from the store since the last sync, committed with the deletion watermark; the
+        stats so far and how many chunks may be new (for progress)."""
+        expected = store.max_chunk_rowid() - state.chunk_rowid
+        stats = IndexSyncStats()
+        deletions = store.deletions_after(state.deletion_seq)
+        if deletions:
+            with self._lock, self._db.transaction(), self._db.cursor() as cursor:
+                self._delete(cursor, [rowid for _, rowid in deletions])
+                state.deletion_seq = deletions[-1][0]
+                self._write_state(cursor, state)
+            stats.deleted = len(deletions)
+        return stats, expected
+
+    @contextmanager
+    def _batch_transaction(self, state: SyncState, batch: Sequence[StoredChunk]) -> Iterator[psycopg.Cursor]:
+        """A cursor whose writes commit together with the watermark moved past `batch`."""
+        with self._lock, self._db.transaction(), self._db.cursor() as cursor:
+            yield cursor
+            state.chunk_rowid = batch[-1].rowid
+            self._write_state(cursor, state)
+
+    def _delete(self, cursor: psycopg.Cursor, rowids: list[int]) -> None:
+        """Remove these chunks from the index."""
+        raise NotImplementedError
+
     def close(self) -> None:
         self._db.close()
 
@@ -111,7 +138,7 @@ class _PgIndex:
 _SCHEMA_LOCK = 0x5354524154410003
 
 
-class PostgresBM25Index(_PgIndex):
+class PostgresBM25Index(_PgIndex, TermSearch):
     """Method for method like `strata.index.bm25.BM25Index` (search, search_terms, terms, rowids_of_papers)."""
 
     name = "bm25"
@@ -125,28 +152,9 @@ class PostgresBM25Index(_PgIndex):
             rows = self._db.execute("SELECT docs FROM bm25_stats WHERE field = 0").fetchall()
         return int(rows[0][0]) if rows else 0
 
-    def terms(self, text: str) -> list[str]:
-        return self.analyzer.analyze(text)
-
-    def search(
-        self,
-        text: str,
-        depth: int,
-        paper_ids: Collection[str] | None = None,
-        title_tie_breaker: float = TITLE_TIE_BREAKER,
+    def _scored(
+        self, weights: Mapping[str, float], depth: int, paper_ids: Collection[str] | None, title_tie_breaker: float
     ) -> list[ChunkScore]:
-        return self.search_terms(Counter(self.terms(text)), depth, paper_ids, title_tie_breaker)
-
-    def search_terms(
-        self,
-        weights: Mapping[str, float],
-        depth: int,
-        paper_ids: Collection[str] | None = None,
-        title_tie_breaker: float = TITLE_TIE_BREAKER,
-    ) -> list[ChunkScore]:
-        """Best `depth` chunks for weighted terms, best first, ties by row id; optionally only these papers'."""
-        if not weights or (paper_ids is not None and not paper_ids):
-            return []
         terms = sorted(weights)
         params = {
             "terms": terms, "weights": [float(weights[t]) for t in terms], "k1": K1, "b": B,
@@ -156,8 +164,7 @@ class PostgresBM25Index(_PgIndex):
         with self._lock:
             rows = self._db.execute(sql, params).fetchall()
         # float32 like tantivy, so near-equal scores tie (and break by row id) the same way in both backends
-        ranked = [ChunkScore(rowid=int(rowid), score=float(np.float32(score))) for rowid, score in rows]
-        return sorted(ranked, key=lambda hit: (-hit.score, hit.rowid))
+        return [ChunkScore(rowid=int(rowid), score=float(np.float32(score))) for rowid, score in rows]
 
     def rowids_of_papers(self, paper_ids: Collection[str]) -> list[int]:
         """Row ids of every indexed chunk of these papers."""
@@ -175,20 +182,10 @@ class PostgresBM25Index(_PgIndex):
         """Index chunks stored since the last sync and drop removed ones, one committed batch at a time."""
         started = time.perf_counter()
         state = self._state_for_writing()
-        expected = store.max_chunk_rowid() - state.chunk_rowid
-        stats = IndexSyncStats()
-        deletions = store.deletions_after(state.deletion_seq)
-        if deletions:
-            with self._lock, self._db.transaction(), self._db.cursor() as cursor:
-                self._delete(cursor, [rowid for _, rowid in deletions])
-                state.deletion_seq = deletions[-1][0]
-                self._write_state(cursor, state)
-            stats.deleted = len(deletions)
+        stats, expected = self._start_sync(store, state)
         while batch := store.chunks_after(state.chunk_rowid, limit=READ_BATCH):
-            with self._lock, self._db.transaction(), self._db.cursor() as cursor:
+            with self._batch_transaction(state, batch) as cursor:
                 self._add(cursor, batch)
-                state.chunk_rowid = batch[-1].rowid
-                self._write_state(cursor, state)
             stats.added += len(batch)
             if progress:
                 progress(stats.added, expected)
@@ -229,8 +226,7 @@ class PostgresBM25Index(_PgIndex):
                 (field, len(batch), tokens),
             )
 
-    @staticmethod
-    def _delete(cursor: psycopg.Cursor, rowids: list[int]) -> None:
+    def _delete(self, cursor: psycopg.Cursor, rowids: list[int]) -> None:
         for field in range(len(FIELDS)):
             cursor.execute(
                 "UPDATE bm25_stats SET docs = docs - gone.n, tokens = bm25_stats.tokens - gone.removed FROM"
@@ -309,27 +305,16 @@ class PostgresDenseIndex(_PgIndex):
         started = time.perf_counter()
         embed = vectors_of or (lambda batch: self.embedder.embed([self.embedding_text(s) for s in batch]))
         state = self._state_for_writing()
-        expected = store.max_chunk_rowid() - state.chunk_rowid
-        stats = IndexSyncStats()
-        deletions = store.deletions_after(state.deletion_seq)
-        if deletions:
-            with self._lock, self._db.transaction(), self._db.cursor() as cursor:
-                if self._has_table():
-                    cursor.execute("DELETE FROM chunk_vectors WHERE rowid = ANY(%s)", ([r for _, r in deletions],))
-                state.deletion_seq = deletions[-1][0]
-                self._write_state(cursor, state)
-            stats.deleted = len(deletions)
+        stats, expected = self._start_sync(store, state)
         while batch := store.chunks_after(state.chunk_rowid, limit=DENSE_BATCH):
             vectors = np.ascontiguousarray(embed(batch), dtype=np.float32)
-            with self._lock, self._db.transaction(), self._db.cursor() as cursor:
+            with self._batch_transaction(state, batch) as cursor:
                 if not state.dimension:
                     state.dimension = int(vectors.shape[1])
                     cursor.execute(
                         f"CREATE TABLE chunk_vectors (rowid BIGINT PRIMARY KEY, embedding vector({state.dimension}))"
                     )
                 self._write_vectors(cursor, batch, vectors)
-                state.chunk_rowid = batch[-1].rowid
-                self._write_state(cursor, state)
             stats.added += len(batch)
             if progress:
                 progress(stats.added, expected)
@@ -338,6 +323,10 @@ class PostgresDenseIndex(_PgIndex):
             self._ensure_hnsw()
         stats.seconds = time.perf_counter() - started
         return stats
+
+    def _delete(self, cursor: psycopg.Cursor, rowids: list[int]) -> None:
+        if self._has_table():  # no table until the first vectors arrive
+            cursor.execute("DELETE FROM chunk_vectors WHERE rowid = ANY(%s)", (rowids,))
 
     @staticmethod
     def _write_vectors(cursor: psycopg.Cursor, batch: Sequence[StoredChunk], vectors: np.ndarray) -> None:
