@@ -5,16 +5,13 @@ import json
 from collections.abc import Sequence
 
 import pytest
+from corpus_support import bm25_corpus
 
-from strata.config import Settings
-from strata.documents.builder import PaperBuilder
 from strata.documents.model import Candidate, ChunkHit, Ranking
-from strata.index import CorpusIndex
 from strata.llm import ContinuationScore, Generation, LLMClient, LLMError, Scoring
 from strata.read import pipeline as pipeline_module
 from strata.read.pipeline import Pipeline
 from strata.rerank import FirstStage
-from strata.retrieve.hybrid import HybridSearcher
 from strata.store.sqlite import CorpusStore
 
 PAPERS = {
@@ -65,16 +62,8 @@ class RuleBackend:
 
 @pytest.fixture()
 def corpus(tmp_path):
-    settings = Settings.load(overrides={"store.home": str(tmp_path / "home"), "index.dense": False})
-    with CorpusStore(settings.store.home / "corpus.sqlite3") as store:
-        for paper_id, (title, body) in PAPERS.items():
-            builder = PaperBuilder(paper_id, "test")
-            builder.open_section("Results", level=1, page=1)
-            builder.add_block(body, page=1)
-            store.put_paper(builder.build(title=title), f"sha-{paper_id}")
-        index = CorpusIndex(store, settings)
-        index.sync()
-        yield settings, store, HybridSearcher(store, index, settings.search)
+    with bm25_corpus(tmp_path, PAPERS) as built:
+        yield built
 
 
 def candidate_ranking(store: CorpusStore) -> Ranking:

@@ -1,0 +1,29 @@
+"""A small BM25-only corpus built in a test's temporary folder from (title, body) pairs, one Results section each."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+
+from strata.config import Settings
+from strata.documents.builder import PaperBuilder
+from strata.index import CorpusIndex
+from strata.retrieve.hybrid import HybridSearcher
+from strata.store.sqlite import CorpusStore
+
+
+@contextmanager
+def bm25_corpus(
+    folder: Path, papers: Mapping[str, tuple[str, str]]
+) -> Iterator[tuple[Settings, CorpusStore, HybridSearcher]]:
+    settings = Settings.load(overrides={"store.home": str(folder / "home"), "index.dense": False})
+    with CorpusStore(settings.store.home / "corpus.sqlite3") as store:
+        for paper_id, (title, body) in papers.items():
+            builder = PaperBuilder(paper_id, "test")
+            builder.open_section("Results", level=1, page=1)
+            builder.add_block(body, page=1)
+            store.put_paper(builder.build(title=title), f"sha-{paper_id}")
+        index = CorpusIndex(store, settings)
+        index.sync()
+        yield settings, store, HybridSearcher(store, index, settings.search)
