@@ -103,3 +103,14 @@ def test_quotes_are_the_sentences_sharing_most_terms_and_uncited_evidence_is_dro
     kept = quoted(answer, 1)
     assert [item.number for item in kept.evidence] == [2] and kept.evidence[0].quote == "Controls gained 5 g."
     assert validate_answer(kept, store).supported
+
+
+def test_citation_marks_and_locators_written_in_the_prose_are_removed(store):
+    """An injected or invented '[7]' or 'smith2020#0-40' in the answer text must not look like a citation."""
+    prose = "Controls gained 5 g [7], as smith2020#0-40 shows [1, 2]."
+    claims = [Claim(text=prose, citations=[1])]
+    answer = Answer(question="How much did controls gain?", text=prose, claims=claims, evidence=[evidence_for(store)])
+    checked = validate_answer(answer, store)
+    assert checked.text == "Controls gained 5 g, as shows." == checked.claims[0].text
+    assert checked.claims[0].citations == [1]
+    assert validate_answer(answer_with([evidence_for(store)], [Claim(text="5 g", citations=[1])]), store).text == "5 g"

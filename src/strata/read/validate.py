@@ -3,17 +3,28 @@
 Each piece of evidence must name a paper in the store and a locator into that paper whose text contains the evidence
 text and its quote (compared case- and whitespace-insensitively). Failing evidence is removed; a claim left citing no
 valid evidence is dropped; an answer whose claims were all dropped is marked unsupported; a multiple-choice answer
-must be one of the options. Section path, page and title are taken from the store, not from the answer.
+must be one of the options. Section path, page and title are taken from the store, not from the answer. Citation
+marks and locators written inside the answer's prose are removed: citations live only in claims' validated numbers
+(a mark left in the prose would point at renumbered evidence, or at nothing).
 """
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from collections.abc import Sequence
 
 from strata.documents.model import Locator
 from strata.read.model import Answer, Claim, Evidence
 from strata.store.sqlite import CorpusStore
+
+
+# "[3]", "[1, 2]", "[2-4]", and locators such as "paper_id#120-480" (the form `Locator` prints).
+INLINE_CITATION = re.compile(r"\s*\[\d+(?:\s*[,;\u2013-]\s*\d+)*\]|\s*\(?\b[\w.:/-]+#\d+-\d+\b\)?")
+
+
+def without_inline_citations(text: str) -> str:
+    return INLINE_CITATION.sub("", text).strip()
 
 
 def normalized(text: str) -> str:
@@ -62,7 +73,8 @@ def validate_answer(answer: Answer, store: CorpusStore, options: Sequence[str] |
     for claim in answer.claims:
         citations = [number for number in claim.citations if number in valid]
         if citations:
-            claims.append(claim.model_copy(update={"citations": citations}))
+            text = without_inline_citations(claim.text)
+            claims.append(claim.model_copy(update={"citations": citations, "text": text}))
         else:
             rejections.append(f"claim dropped, none of its citations {claim.citations} is valid: {claim.text[:80]!r}")
     cited = {number for claim in claims for number in claim.citations}
@@ -79,6 +91,7 @@ def validate_answer(answer: Answer, store: CorpusStore, options: Sequence[str] |
     supported = bool(claims) and (answer.format != "mc" or choice is not None)
     return answer.model_copy(
         update={
+            "text": without_inline_citations(answer.text),
             "evidence": evidence,
             "claims": claims,
             "choice": choice,
