@@ -105,7 +105,8 @@ def cmd_search(args: argparse.Namespace, settings: Settings) -> int:
     if not ranking.candidates:
         print("no results")
     for candidate in ranking.candidates:
-        print(f"{candidate.rank:>2}. [{candidate.score:.4f}] {candidate.title or candidate.paper_id}  ({candidate.paper_id})")
+        title = candidate.title or candidate.paper_id
+        print(f"{candidate.rank:>2}. [{candidate.score:.4f}] {title}  ({candidate.paper_id})")
         for hit in candidate.chunks:
             where = " > ".join(hit.locator.section_path) or "-"
             page = f" p.{hit.locator.page}" if hit.locator.page else ""

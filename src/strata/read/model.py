@@ -81,7 +81,7 @@ class PaperReading(BaseModel):
 
 
 class AskResult(BaseModel):
-    """Everything `strata ask` (and POST /ask) returns: the answer, the candidates it read and the per-question trace."""
+    """Everything `strata ask` (and POST /ask) returns: the answer, the candidates read and the per-question trace."""
 
     answer: Answer
     candidates: Ranking = Field(description="The papers the reader was given (Retrieve + Relate, reranked)")
