@@ -36,9 +36,11 @@ test: install
 # Headless Chromium for the web page's end-to-end test: Debian's package, driven by Playwright (which would otherwise
 # download a browser of its own, impossible offline). Without it that one test is skipped.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+# A machine where apt cannot install it still runs the rest of the suite (the test says why it skipped).
 browser-deps:
 	command -v chromium >/dev/null || { $(SUDO) apt-get update -qq && \
-		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } || \
+		echo "chromium could not be installed: the web page's browser test will be skipped"
 
 # Rerun the cheap rows of benchmarks/matrix.yaml (SciFact BM25/dense/hybrid) and fail if a score drifts.
 reproduce: install
