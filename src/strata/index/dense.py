@@ -100,6 +100,17 @@ class DenseIndex:
             parts.append(faiss.IDSelectorAnd(*conditions))
         return (parts[-1] if conditions else None), parts
 
+    def vectors(self) -> dict[int, np.ndarray] | None:
+        """Every live chunk vector by store row id, None before the first sync: for stages that reuse the
+        embeddings (paper vectors in Relate, moving a corpus to another backend) instead of embedding again."""
+        index = self._current()
+        if index is None or self._state is None:
+            return None
+        rowids = faiss.vector_to_array(index.id_map).tolist()
+        vectors = faiss.downcast_index(index.index).reconstruct_n(0, index.ntotal)
+        hidden = set(self._state.tombstones)
+        return {rowid: vectors[row] for row, rowid in enumerate(rowids) if rowid not in hidden}
+
     def _current(self) -> faiss.Index | None:
         """The saved index, reloaded when another process (or a sync) has switched the state file since."""
         try:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import faiss
 import numpy as np
 
 from strata.index import CorpusIndex, SyncReport
@@ -39,23 +38,20 @@ def copy_papers(source: AnyStore, target: AnyStore) -> int:
 
 def vectors_from(source: AnyStore, dense: DenseIndex) -> ChunkVectors:
     """A vector source reading each chunk's vector from `dense` (a faiss index over `source`), by paper and ordinal."""
-    index = dense._current()
-    if index is None:
+    vectors = dense.vectors()
+    if vectors is None:
         raise ValueError(f"no dense index to take vectors from in {dense.folder}")
     source_rowid: dict[tuple[str, int], int] = {}
     after = 0
     while batch := source.chunks_after(after, limit=5000):
         source_rowid.update(((s.chunk.paper_id, s.chunk.ordinal), s.rowid) for s in batch)
         after = batch[-1].rowid
-    position = {int(rowid): i for i, rowid in enumerate(faiss.vector_to_array(index.id_map))}
-    inner = faiss.downcast_index(index.index)
 
     def lookup(batch: Sequence[StoredChunk]) -> np.ndarray:
         try:
-            rows = [position[source_rowid[(s.chunk.paper_id, s.chunk.ordinal)]] for s in batch]
+            return np.stack([vectors[source_rowid[(s.chunk.paper_id, s.chunk.ordinal)]] for s in batch])
         except KeyError as missing:
             raise ValueError(f"chunk {missing} has no vector in {dense.folder}") from None
-        return np.stack([inner.reconstruct(row) for row in rows])
 
     return lookup
 

@@ -15,14 +15,12 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
-import faiss
 import numpy as np
 
 from strata.documents.identifiers import normalize_title
 from strata.documents.model import ContentType, Paper, Reference
-from strata.index.dense import DenseState
+from strata.index.dense import DenseIndex
 from strata.index.embedder import Embedder
-from strata.index.state import read_state
 from strata.retrieve.hybrid import HybridSearcher
 from strata.store.sqlite import MIN_TITLE_MATCH_CHARS, CorpusStore
 
@@ -46,18 +44,7 @@ def paper_summary_text(paper: Paper, words: int) -> str:
 def chunk_vectors(dense: object) -> dict[int, np.ndarray] | None:
     """Every live chunk vector of a faiss dense index, by store row id; None when the searcher's dense index keeps
     no faiss file (another backend, dense off, nothing indexed yet)."""
-    state_path = getattr(dense, "state_path", None)
-    state = read_state(state_path, DenseState) if state_path is not None else None
-    if state is None or state.vectors_file is None:
-        return None
-    try:
-        index = faiss.read_index(str(state_path.parent / state.vectors_file))
-    except RuntimeError:
-        return None  # replaced by a concurrent sync: the caller falls back to embedding abstracts
-    ids = faiss.vector_to_array(index.id_map).tolist()
-    vectors = faiss.downcast_index(index.index).reconstruct_n(0, index.ntotal)
-    hidden = set(state.tombstones)
-    return {rowid: vectors[row] for row, rowid in enumerate(ids) if rowid not in hidden}
+    return dense.vectors() if isinstance(dense, DenseIndex) else None
 
 
 def chunk_means(store: CorpusStore, vectors: dict[int, np.ndarray], paper_ids: Sequence[str]) -> dict[str, np.ndarray]:
