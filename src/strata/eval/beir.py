@@ -48,7 +48,7 @@ def load_beir(folder: Path | str, split: str = "test") -> BeirDataset:
         corpus_path=corpus,
         queries=[BeirQuery(id=query_id, text=text) for query_id, text in texts.items() if query_id in qrels],
         qrels=qrels,
-        fingerprint=_fingerprint([corpus, queries_path, qrels_path]),
+        fingerprint=fingerprint_files([corpus, queries_path, qrels_path]),
     )
 
 
@@ -107,7 +107,7 @@ def write_subset(dataset: BeirDataset, folder: Path, queries: int, documents: in
     return folder
 
 
-def _fingerprint(paths: list[Path]) -> str:
+def fingerprint_files(paths: list[Path]) -> str:
     digest = hashlib.sha256()
     for path in paths:
         digest.update(path.name.encode())

@@ -17,7 +17,7 @@ from urllib.parse import quote
 from pydantic import BaseModel, ConfigDict, Field
 
 from strata.documents.identifiers import normalize_doi, safe_paper_id
-from strata.eval.beir import _fingerprint as fingerprint_files  # one file-hashing rule for every dataset
+from strata.eval.beir import fingerprint_files  # one file-hashing rule for every dataset
 from strata.eval.beir import load_beir
 
 DatasetKind = Literal["beir", "scifact", "openstax", "litqa2"]
