@@ -100,3 +100,16 @@ def test_the_report_rewrites_only_the_marked_readme_section(tmp_path: Path) -> N
     assert "old numbers" not in updated and updated.startswith("# T\n\nbefore\n") and updated.endswith("after\n")
     with pytest.raises(ValueError, match="README.md: no results section"):
         report.replace_section("# no markers\n", body, tmp_path / "README.md")
+
+
+def test_cost_points_read_token_counts_from_rows_as_corank_writes_them(tmp_path):
+    rows = [
+        {"method": "hybrid", "nDCG@10": 0.70},
+        {"method": "corank", "nDCG@10": 0.72, "tokens_in_per_query": 700.0, "tokens_out_per_query": 18.0},
+    ]
+    (tmp_path / "corank.json").write_text(json.dumps({"rows": rows}))
+    points = cost_points(tmp_path)
+    assert [(point.label, point.tokens_per_query) for point in points] == [
+        ("corank: hybrid", None),
+        ("corank: corank", 718.0),
+    ]

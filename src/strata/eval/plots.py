@@ -2,8 +2,9 @@
 
   recall_at_k.png   mean R@1..100 per retrieval method, from the TREC runs that `strata eval retrieval` results name
   toc_r1_by_book.png  ToC R@1 per book and method, from stair*.json (benchmarks/stair.py's `methods` tables)
-  cost_quality.png  nDCG@10 against cost per query, from the `methods` rows of any results JSON (retrieval.json's
-                    convention): LLM tokens per query (`llm_tokens_per_query`) when any row has them, else latency
+  cost_quality.png  nDCG@10 against cost per query, from the `methods` (retrieval.json) or `rows` (corank.json) of
+                    any results JSON: LLM tokens per query (`llm_tokens_per_query`, or tokens in + out per query)
+                    when any row has them, else latency
 
 A figure whose inputs do not exist yet is skipped with the reason, never an error.
 """
@@ -31,6 +32,7 @@ ALL_SCOPE = "all"
 TOC_METRIC = "R@1"
 QUALITY = "nDCG@10"
 TOKENS = "llm_tokens_per_query"
+TOKENS_IN, TOKENS_OUT = "tokens_in_per_query", "tokens_out_per_query"  # corank.json
 LATENCY = "latency_p50_ms"
 
 
@@ -178,7 +180,7 @@ def cost_points(results_dir: Path) -> list[CostPoint]:
     points = []
     for path in sorted(results_dir.glob("*.json")):
         data = json.loads(path.read_text(encoding="utf-8"))
-        rows = data.get("methods") if isinstance(data, dict) else None
+        rows = (data.get("methods") or data.get("rows")) if isinstance(data, dict) else None
         for row in rows if isinstance(rows, list) else []:
             if isinstance(row, dict) and isinstance(row.get(QUALITY), int | float) and "method" in row:
                 points.append(
@@ -186,10 +188,17 @@ def cost_points(results_dir: Path) -> list[CostPoint]:
                         label=f"{path.stem}: {row['method']}",
                         quality=row[QUALITY],
                         latency_ms=row.get(LATENCY),
-                        tokens_per_query=row.get(TOKENS),
+                        tokens_per_query=_tokens_per_query(row),
                     )
                 )
     return points
+
+
+def _tokens_per_query(row: dict[str, Any]) -> float | None:
+    if TOKENS in row:
+        return row[TOKENS]
+    parts = [row[key] for key in (TOKENS_IN, TOKENS_OUT) if key in row]
+    return sum(parts) if parts else None
 
 
 def plot_cost_quality(points: list[CostPoint], path: Path) -> Figure:
