@@ -287,7 +287,8 @@ def read_section(data: dict[str, Any]) -> str:
         lines.append(
             f"Caps, {dataset}: first {caps['limit']} questions, {caps['max_papers']} papers read per question, "
             f"{caps['passages_per_paper']} passages per paper, {caps['max_evidence']} evidence passages, LLM retrieval "
-            f"{'on' if caps['llm_retrieval'] else 'off'}; model {run['models']['llm_model']}."
+            f"{'on' if caps['llm_retrieval'] else 'off'}, option choice `{caps.get('choice', 'likelihood')}`; "
+            f"model {run['models']['llm_model']}."
         )
     lines.append(f"SciFact claims: {data['scifact_selection']}; sentence P/R/F1 are against the rationale sentences.")
     lines.append(

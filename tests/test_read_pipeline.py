@@ -8,9 +8,11 @@ import pytest
 from corpus_support import bm25_corpus
 
 from strata.documents.model import Candidate, ChunkHit, Ranking
-from strata.llm import ContinuationScore, Generation, LLMClient, LLMError, Scoring
+from strata.llm import ContinuationScore, Generation, LLMClient, LLMError, Scoring, Trace
 from strata.read import pipeline as pipeline_module
+from strata.read.model import Evidence
 from strata.read.pipeline import Pipeline
+from strata.read.synthesize import Synthesizer
 from strata.rerank import FirstStage
 from strata.store.sqlite import CorpusStore
 
@@ -47,6 +49,9 @@ class RuleBackend:
             preferred = {"yes", "Yes"} if "gained" in context else {"no", "No"}
         elif "Reply with the correct option" in user:
             preferred = {option for option in continuations if f"controls gained {option.lower()}" in context}
+        elif "Reply with the letter" in user:
+            lettered = dict(line.split(". ", 1) for line in asked.upper().splitlines() if line[1:3] == ". ")
+            preferred = {letter for letter in continuations if f"controls gained {lettered[letter].lower()}" in context}
         else:
             preferred = {"1"}
         scores = [ContinuationScore(continuation=c, logprob=0.0 if c in preferred else -6.0, n_tokens=1)
@@ -116,9 +121,20 @@ def test_decisions_a_and_b_pass_only_the_paper_that_states_the_answer(make_pipel
 def test_a_multiple_choice_answer_is_scored_among_the_options_only(make_pipeline):
     backend = RuleBackend()
     result = make_pipeline(backend).ask(QUESTION, options=OPTIONS)
-    assert OPTIONS in backend.scored and result.answer.choice in OPTIONS
+    letters = ["A", "B", "C"]
+    assert backend.scored.count(letters) == len(OPTIONS) and result.answer.choice in OPTIONS  # one per cyclic order
     with pytest.raises(ValueError, match="at least two options"):
         make_pipeline(RuleBackend()).ask(QUESTION, answer_format="mc", options=["5 g"])
+
+
+def test_a_papers_passages_are_searched_with_the_question_and_its_options(make_pipeline):
+    pipeline = make_pipeline(RuleBackend())
+    searched: list[str] = []
+    find = pipeline.passages
+    pipeline.passages = lambda query, paper_ids: searched.append(query) or find(query, paper_ids)
+    pipeline.ask(QUESTION, options=OPTIONS)
+    pipeline.ask(QUESTION)
+    assert searched == [" ".join([QUESTION, *OPTIONS]), QUESTION]
 
 
 def test_no_accepted_paper_means_cannot_answer_with_nothing_cited(make_pipeline):
@@ -164,3 +180,29 @@ def test_the_printed_answer_numbers_its_citations_with_title_section_and_evidenc
     assert "5 g [1]" in printed
     assert "[1] Diet and weight in mice — Results" in printed and 'Controls gained 5 g."' in printed
     assert "A=" in printed and "LLM calls:" in printed
+
+
+class PriorBiasedBackend(RuleBackend):
+    """Without evidence the model favours '12 g'; the evidence raises '5 g' more. As letters it prefers the letter
+    of '5 g', but also always likes 'A' (a position bias that must average out)."""
+
+    def score(self, system: str, user: str, continuations: Sequence[str]) -> Scoring:
+        if "Reply with the letter" in user:
+            right = next(line[0] for line in user.splitlines() if line.endswith(". 5 g"))
+            table = {"A": -0.5, right: -0.1} if right != "A" else {"A": -0.1}
+        elif "Evidence:" in user:
+            table = {"12 g": -1.0, "5 g": -2.0}
+        else:
+            table = {"12 g": -0.5, "5 g": -4.0}
+        scores = [ContinuationScore(continuation=c, logprob=table.get(c, -8.0), n_tokens=2) for c in continuations]
+        return Scoring(scores=scores, tokens_in=len(user.split()))
+
+
+@pytest.mark.parametrize(("method", "expected"), [("likelihood", "12 g"), ("calibrated", "5 g"), ("letter", "5 g")])
+def test_each_option_choice_method_picks_by_its_own_rule(corpus, method, expected):
+    settings, *_ = corpus
+    read = settings.read.model_copy(update={"choice": method})
+    evidence = [Evidence(number=1, paper_id="good", title="Diet", locator="good#c0", text="Controls gained 5 g.")]
+    synthesizer = Synthesizer(LLMClient(PriorBiasedBackend(), settings.llm), read)
+    answer = synthesizer._choose(QUESTION, OPTIONS, evidence, Trace())
+    assert answer.choice == expected and answer.claims[0].citations == [1]

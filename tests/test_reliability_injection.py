@@ -57,6 +57,8 @@ class ObedientBackend:
             preferred = {"yes", "Yes"}
         elif injected and "40 g" in continuations:
             preferred = {"40 g"}
+        elif injected and "Reply with the letter" in user:  # options shown as "B. 40 g"
+            preferred = {line[0] for line in user.splitlines() if line.endswith(". 40 g")}
         else:
             preferred = {max(continuations, key=lambda c: (c.isdigit() and int(c), c))}
         scores = [ContinuationScore(continuation=c, logprob=0.0 if c in preferred else -6.0, n_tokens=1)

@@ -368,6 +368,13 @@ class ReadSettings(_Section):
         "reaches this also count as supporting",
     )
     max_evidence: int = Field(default=6, ge=1, description="Most numbered evidence passages given to synthesis")
+    choice: Literal["letter", "calibrated", "likelihood"] = Field(
+        default="letter",
+        description="How a multiple-choice option is picked: 'letter' = the option whose letter is most probable "
+        "after the evidence, averaged over every cyclic order of the options (cancels position bias); 'calibrated' = "
+        "the option whose log-probability the evidence raises most over the same prompt without evidence; "
+        "'likelihood' = the highest mean log-probability per token of the option text after the evidence",
+    )
     quote_sentences: int = Field(
         default=2, ge=1, description="Sentences of a cited passage quoted as the evidence a claim rests on"
     )

@@ -11,7 +11,7 @@ import os
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, NamedTuple, TypeVar
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -26,8 +26,11 @@ SyncProgress = Callable[[int, int], None]
 ChunkVectors = Callable[[Sequence["StoredChunk"]], np.ndarray]
 
 
-class ChunkScore(BaseModel):
-    rowid: int = Field(description="Store row id of the chunk")
+class ChunkScore(NamedTuple):
+    """One index hit. A typed tuple, not a pydantic model: a hybrid search makes ~2,000 of them, and validating
+    each cost ~20 ms per query at 500k chunks (a quarter of the search)."""
+
+    rowid: int  # store row id of the chunk
     score: float
 
 

@@ -111,6 +111,10 @@ class OptionChoice(BaseModel):
     option: str = Field(description="One of the given options, verbatim")
 
 
+class LetterChoice(BaseModel):
+    letter: str = Field(pattern="^[A-Z]$", description="Letter of the chosen option")
+
+
 class FactDraft(BaseModel):
     value: str = Field(description="The value as written in the evidence")
     unit: str = ""

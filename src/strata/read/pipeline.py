@@ -52,6 +52,8 @@ class Pipeline:
             answer_format = "mc"
         if answer_format == "mc" and len(options) < 2:
             raise ValueError("a multiple-choice question needs at least two options (--options A B ...)")
+        if len(options) > 26:
+            raise ValueError(f"a multiple-choice question takes at most 26 options (A-Z), got {len(options)}")
         started = time.perf_counter()
         events: list[StageEvent] = []
 
@@ -68,7 +70,7 @@ class Pipeline:
             stage = "read"
             try:
                 emit("read", "started", f"reading the top {self.settings.read.max_papers} candidates")
-                self._read(question, candidates, trace, emit, readings)
+                self._read(question, options, candidates, trace, emit, readings)
                 accepted = sum(reading.accepted for reading in readings)
                 emit("read", "done", f"{accepted} of {len(readings)} papers accepted")
                 stage = "synthesize"
@@ -123,24 +125,33 @@ class Pipeline:
         return reranked
 
     def _read(
-        self, question: str, candidates: Ranking, trace: Trace, emit: Callable[..., None], readings: list[PaperReading]
+        self,
+        question: str,
+        options: list[str],
+        candidates: Ranking,
+        trace: Trace,
+        emit: Callable[..., None],
+        readings: list[PaperReading],
     ) -> None:
-        """Local reading of the top candidates, appended to `readings` as each finishes (kept if a later one fails)."""
+        """Local reading of the top candidates, appended to `readings` as each finishes (kept if a later one fails).
+
+        A paper's passages are found with the question and its options: the options name the content an answer
+        needs (a value, a residue range, a phenotype), which the question alone often does not."""
         top = candidates.top(self.settings.read.max_papers).candidates
-        passages = self.passages(question, [candidate.paper_id for candidate in top])
+        passages = self.passages(" ".join([question, *options]), [candidate.paper_id for candidate in top])
         for position, candidate in enumerate(top, start=1):
             reading = self.local.read(question, candidate, passages.get(candidate.paper_id) or candidate.chunks, trace)
             readings.append(reading)
             verdict = "accepted" if reading.accepted else "rejected"
             emit("read", "started", f"{position}/{len(top)} {verdict}: {candidate.title or candidate.paper_id}")
 
-    def passages(self, question: str, paper_ids: list[str]) -> dict[str, list[ChunkHit]]:
-        """Each paper's best chunks for the question itself (a related paper's retrieval chunks may be about the
-        seed paper instead); reference-list entries state no findings and are left out."""
+    def passages(self, query: str, paper_ids: list[str]) -> dict[str, list[ChunkHit]]:
+        """Each paper's best chunks for `query`, searched again within the paper (a related paper's retrieval chunks
+        may be about the seed paper instead); reference-list entries state no findings and are left out."""
         wanted = self.settings.read.passages_per_paper
         search = self.searcher.settings.model_copy(update={"chunks_per_paper": wanted + REFERENCE_SLACK})
         searcher = HybridSearcher(self.searcher.store, self.searcher.index, search)
-        ranking = searcher.search(question, k=len(paper_ids), prf=False, paper_ids=paper_ids)
+        ranking = searcher.search(query, k=len(paper_ids), prf=False, paper_ids=paper_ids)
         return {
             candidate.paper_id: [hit for hit in candidate.chunks if hit.content_type != ContentType.REFERENCE][:wanted]
             for candidate in ranking.candidates
