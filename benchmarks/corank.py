@@ -32,6 +32,7 @@ ROOT = Path(__file__).resolve().parent
 SCIFACT = ROOT.parent.parent / "shared" / "data" / "scifact" / "beir"
 STORE = ROOT.parent / ".strata" / "eval" / "scifact-ccca1f829cea-6046c948"
 METHODS = ["corank", "corank-truncated", "random-pool", "listwise", "cross-encoder", "sliding-window"]
+FEATURE_METHODS = {"corank", "corank-truncated"}  # the truncated-text control is matched to the features' tokens
 
 
 def arguments() -> argparse.Namespace:
@@ -92,6 +93,19 @@ class Bench:
             "llm": {"model": self.settings.llm.model, "n_ctx": self.settings.llm.n_ctx},
             "rows": [],
         }
+        self._keep_earlier_rows()
+
+    def _keep_earlier_rows(self) -> None:
+        """A run of some methods at the same caps (e.g. the cross-encoder after the LLM methods) adds to the last
+        result instead of replacing it; rows it measures again are replaced."""
+        if not self.args.output.is_file():
+            return
+        earlier = json.loads(self.args.output.read_text())
+        if _comparable(earlier.get("caps", {})) != _comparable(self.result["caps"]):
+            return
+        for key in ("rows", "features", "cross_encoder_training", "first_stage_seconds"):
+            if key in earlier:
+                self.result[key] = earlier[key]
 
     def save(self) -> None:
         self.args.output.parent.mkdir(parents=True, exist_ok=True)
@@ -104,7 +118,9 @@ class Bench:
         run = {query_id: _strict_scores(ranking) for query_id, ranking in rankings.items()}
         metrics, _ = evaluate_run(run, self.qrels(list(rankings)))
         row = {"method": name, "queries": queries, **{k: round(v, 4) for k, v in metrics.items()}, **extra}
-        self.result["rows"].append(row)
+        same = (row["method"], row.get("set"), row["queries"])
+        rows = [old for old in self.result["rows"] if (old["method"], old.get("set"), old["queries"]) != same]
+        self.result["rows"] = [*rows, row]
         print(json.dumps(row), flush=True)
         self.save()
 
@@ -127,7 +143,8 @@ def main() -> None:
         capped = {query.id: hybrid[query.id] for query in queries}
         bench.row("hybrid (first stage)", capped, len(queries), set="llm")
 
-        features(bench, searcher.store, client, capped)
+        if FEATURE_METHODS & set(args.methods):  # else keep the earlier run's feature costs
+            features(bench, searcher.store, client, capped)
         for method in args.methods:
             if method == "cross-encoder":
                 cross_encoder(bench, searcher, client, hybrid, bm25, capped)
@@ -138,13 +155,17 @@ def main() -> None:
 
 def cross_encoder(bench: Bench, searcher, client, hybrid, bm25, capped) -> None:
     settings = bench.settings
+    # The training report is kept beside the model, so a later run measuring the same model still reports it.
+    report_file = bench.args.work / "cross-encoder" / "training_report.json"
     if cross_encoder_source(settings) is None:
         if bench.args.no_train:
             print("no trained cross-encoder under --work and --no-train given: cross-encoder rows skipped")
             return
         with tracing() as trace:
             report = train_cross_encoder(settings, searcher.store, searcher, client)
-        bench.result["cross_encoder_training"] = {**report.model_dump(), "llm": trace.summary().model_dump()}
+        report_file.write_text(json.dumps({**report.model_dump(), "llm": trace.summary().model_dump()}, indent=2))
+    if report_file.is_file():
+        bench.result["cross_encoder_training"] = json.loads(report_file.read_text())
         bench.save()
     reranker = make_reranker(settings, searcher.store, method="cross-encoder")
     for name, first, subset in (("hybrid", hybrid, "ce"), ("bm25", bm25, "ce"), ("hybrid", capped, "llm")):
@@ -212,6 +233,11 @@ def listwise_method(bench: Bench, store, client, method: str, queries, capped: d
         cache_hits=total.cache_hits,
         parse_errors=errors.model_dump(),
     )
+
+
+def _comparable(caps: dict) -> dict:
+    """The caps that decide what a row means (not which methods ran, nor how many threads they had)."""
+    return {name: value for name, value in caps.items() if name not in ("methods", "no_train", "llm_threads")}
 
 
 def _only_ranking(trace) -> TraceSummary:

@@ -10,6 +10,7 @@ import argparse
 import json
 import sys
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -97,8 +98,9 @@ def cmd_ingest(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_search(args: argparse.Namespace, settings: Settings) -> int:
     from strata.retrieve.hybrid import open_searcher
 
-    with open_searcher(settings) as searcher:
+    with open_searcher(settings) as searcher, _configured_reranker(settings, searcher.store) as reranker:
         ranking = searcher.search(args.query, k=args.k or settings.search.k, method=args.method, prf=args.prf)
+        ranking = reranker.rank(args.query, ranking)
     if args.json:
         _print_json(ranking)
         return 0
@@ -113,6 +115,20 @@ def cmd_search(args: argparse.Namespace, settings: Settings) -> int:
             print(f"      {hit.locator}  [{hit.content_type}] {where}{page}")
             print(f"        {_snippet(hit.text)}")
     return 0
+
+
+@contextmanager
+def _configured_reranker(settings: Settings, store: Any) -> Iterator[Any]:
+    """`rerank.method`'s reranker; the LLM is loaded only for the listwise methods."""
+    from strata.rerank.factory import LLM_METHODS, make_reranker
+
+    if settings.rerank.method not in LLM_METHODS:
+        yield make_reranker(settings, store)
+        return
+    from strata.llm import make_client
+
+    with make_client(settings) as client:
+        yield make_reranker(settings, store, client)
 
 
 def _snippet(text: str, width: int = 200) -> str:
