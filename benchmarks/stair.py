@@ -241,7 +241,7 @@ def run_cpu(args: argparse.Namespace) -> None:
         )
         write_results("stair-cpu.json", {**header, **measured})
     if "small" in parts:
-        measured["small_book"] = small_book(books, settings, args.train_budget_s)
+        measured["small_book"] = small_book(books, settings, args.train_budget_s, small_overrides(args))
         write_results("stair-cpu.json", {**header, **measured})
     for part in measured.values():
         print("\n" + table(part["title"], part["methods"]))
@@ -319,7 +319,13 @@ def zero_shot_llm(question_sets: list, settings, title: str, sample: str, tag: s
     return part()
 
 
-def small_book(books: dict, settings, train_budget_s: float) -> dict:
+def small_overrides(args: argparse.Namespace) -> dict:
+    """CPU_SMALL_SETTINGS with the training flags given on the command line."""
+    given = {"toc.max_steps": args.max_steps, "toc.threads": args.threads, "toc.eval_every_steps": args.eval_every}
+    return CPU_SMALL_SETTINGS | {name: value for name, value in given.items() if value is not None}
+
+
+def small_book(books: dict, settings, train_budget_s: float, overrides: dict) -> dict:
     from strata.config import Settings
     from strata.llm import make_client
     from strata.toc.baselines import LeafBM25, LeafDense
@@ -332,7 +338,7 @@ def small_book(books: dict, settings, train_budget_s: float) -> dict:
     paper, all_queries = chapter_subset(*books[name], chapters)
     queries = llm_sample(all_queries, CPU_SMALL_TEST_SAMPLE)
     toc = document_toc(paper)
-    small_settings = Settings.load(overrides=CPU_SMALL_SETTINGS)
+    small_settings = Settings.load(overrides=overrides)
     started = time.perf_counter()
     question_model = resolve_model(settings.llm.model, settings.llm.model_dir).identity
     cache = QuestionCache(settings.toc.question_cache, toc.paper_id, question_model)
@@ -512,6 +518,9 @@ def main() -> None:
     cpu.add_argument("--parts", default="full,zero-shot,small", help="also: zero-shot-small (LLM on the small book)")
     cpu.add_argument("--llm-sample", type=int, default=100, help="questions per book for the zero-shot LLM")
     cpu.add_argument("--train-budget-s", type=float, default=CPU_TRAIN_BUDGET_S, help="wall seconds per adapter")
+    cpu.add_argument("--max-steps", type=int, help=f"toc.max_steps (default {CPU_SMALL_SETTINGS['toc.max_steps']})")
+    cpu.add_argument("--threads", type=int, help="toc.threads: torch threads (2 on a quiet machine)")
+    cpu.add_argument("--eval-every", type=int, help="toc.eval_every_steps: steps between dev R@1 checks")
     prepare = commands.add_parser("prepare-gpu")
     prepare.add_argument("--folder", default=str(GPU_FOLDER))
     prepare.add_argument("--model", default=None, help="model to fine-tune there (default: toc.train_model)")

@@ -155,6 +155,17 @@ def test_a_text_answer_cites_evidence_numbers_and_its_facts(make_pipeline):
     assert answer.evidence[0].paper_id == "good" and answer.evidence[0].locator.startswith("good#")
 
 
+def test_a_calculation_is_computed_from_the_cited_facts_and_a_foreign_number_is_dropped(make_pipeline):
+    draft = {"answerable": True, "answer": "Diet mice gained 7 g more than controls.", "evidence": [1],
+             "facts": [{"value": "12", "unit": "g", "evidence": 1}, {"value": "5", "unit": "g", "evidence": 1}],
+             "calculations": [{"expression": "12 - 5", "unit": "g"}, {"expression": "12 - 4", "unit": "g"}]}
+    answer = make_pipeline(RuleBackend([json.dumps(draft)])).ask(QUESTION).answer
+    assert answer.supported
+    computed = [claim for claim in answer.claims if "=" in claim.text]
+    assert [(c.text, c.value, c.citations) for c in computed] == [("12 - 5 = 7 g", "7", [1])]
+    assert any("4 in '12 - 4' is not the value of any fact" in why for why in answer.rejections)
+
+
 def test_an_answer_citing_evidence_it_was_not_given_is_refused_and_the_candidates_kept(make_pipeline):
     invented = json.dumps({"answerable": True, "answer": "Controls gained 5 g.", "evidence": [4]})
     result = make_pipeline(RuleBackend([invented, invented])).ask(QUESTION)

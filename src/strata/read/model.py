@@ -121,11 +121,19 @@ class FactDraft(BaseModel):
     evidence: int = Field(description="Number of the evidence passage stating it")
 
 
+class CalculationDraft(BaseModel):
+    expression: str = Field(description="Arithmetic over the facts' values only, e.g. '9.8 - 4.2'")
+    unit: str = ""
+
+
 class TextDraft(BaseModel):
     answerable: bool = Field(description="False when the evidence does not answer the question")
     answer: str
     evidence: list[int] = Field(default_factory=list, description="Numbers of the passages the answer rests on")
     facts: list[FactDraft] = Field(default_factory=list)
+    calculations: list[CalculationDraft] = Field(
+        default_factory=list, description="Arithmetic the answer needs; Strata computes it from the facts"
+    )
 
 
 class RowDraft(BaseModel):
@@ -148,6 +156,7 @@ def citing_only(numbers: list[int]) -> tuple[type[TextDraft], type[TableDraft]]:
         __base__=TextDraft,
         evidence=(list[number], Field(default_factory=list)),  # type: ignore[valid-type]
         facts=(list[fact], Field(default_factory=list, max_length=3)),  # type: ignore[valid-type]
+        calculations=(list[CalculationDraft], Field(default_factory=list, max_length=2)),
     )
     cited = (list[number], Field(default_factory=list))  # type: ignore[valid-type]
     row = create_model("Row", __base__=RowDraft, evidence=cited)

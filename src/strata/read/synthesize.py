@@ -15,6 +15,7 @@ import pysbd
 from strata.config import ReadSettings
 from strata.index.bm25 import english_analyzer
 from strata.llm import LLMClient, Trace, prompt_registry
+from strata.read.calculate import calculation_claims
 from strata.read.local import chosen, flat, probabilities
 from strata.read.model import Answer, AnswerFormat, Claim, Evidence, PaperReading, citing_only
 
@@ -148,10 +149,13 @@ class Synthesizer:
             )
             for fact in draft.facts
         ]
+        calculations, rejected = calculation_claims(draft.calculations, facts)
         # An answer citing nothing itself rests on the passages of its facts.
         citations = sorted(set(draft.evidence) or {number for fact in facts for number in fact.citations})
-        claims = [Claim(text=draft.answer, citations=citations), *facts]
-        return Answer(question=question, format="text", text=draft.answer, claims=claims, evidence=evidence)
+        claims = [Claim(text=draft.answer, citations=citations), *facts, *calculations]
+        return Answer(
+            question=question, format="text", text=draft.answer, claims=claims, evidence=evidence, rejections=rejected
+        )
 
     def _table(self, question: str, evidence: list[Evidence], trace: Trace) -> Answer:
         _, schema = citing_only([item.number for item in evidence])

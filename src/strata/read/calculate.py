@@ -1,0 +1,81 @@
+"""Deterministic arithmetic for synthesis: the model writes an expression over the facts' values and Strata computes
+it, so a calculated number never comes from the model's own arithmetic and always rests on cited facts.
+
+A small walk over Python's `ast`, not `eval`: only numbers, + - * / ** and parentheses are allowed, and every number
+must be the value of one of the answer's facts (whose citations the result inherits). No dependency evaluates
+arithmetic under that restriction, and the whole rule fits in a few lines.
+"""
+
+from __future__ import annotations
+
+import ast
+import operator
+import re
+from collections.abc import Callable, Sequence
+
+from strata.read.model import CalculationDraft, Claim
+
+NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
+OPERATORS: dict[type[ast.operator], Callable[[float, float], float]] = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.Pow: operator.pow,
+}
+
+
+def fact_number(value: str) -> float | None:
+    """The number a fact's value states ('4.2', '1,250 mg', '−3' ...), or None when it states none."""
+    found = NUMBER.search(value.replace(",", "").replace("\u2212", "-"))
+    return float(found.group()) if found else None
+
+
+def compute(expression: str, facts: Sequence[Claim]) -> tuple[float, list[int]]:
+    """The expression's value and the citations of the facts it uses; ValueError when it is not arithmetic over
+    the facts' values."""
+    try:
+        tree = ast.parse(expression.replace("\u2212", "-").replace("×", "*"), mode="eval")
+    except SyntaxError as error:
+        raise ValueError(f"not an arithmetic expression: {expression!r}") from error
+    citations: set[int] = set()
+
+    def value(node: ast.expr) -> float:
+        if isinstance(node, ast.Constant) and type(node.value) in (int, float):
+            cited = [n for fact in facts if fact_number(fact.value or "") == float(node.value) for n in fact.citations]
+            if not cited:
+                raise ValueError(f"{node.value} in {expression!r} is not the value of any fact")
+            citations.update(cited)
+            return float(node.value)
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+            return -value(node.operand) if isinstance(node.op, ast.USub) else value(node.operand)
+        if isinstance(node, ast.BinOp) and type(node.op) in OPERATORS:
+            try:
+                return OPERATORS[type(node.op)](value(node.left), value(node.right))
+            except (ZeroDivisionError, OverflowError) as error:
+                raise ValueError(f"{expression!r}: {error}") from error
+        raise ValueError(f"{expression!r} is not arithmetic over fact values ({ast.unparse(node)!r})")
+
+    return value(tree.body), sorted(citations)
+
+
+def calculation_claims(drafts: Sequence[CalculationDraft], facts: Sequence[Claim]) -> tuple[list[Claim], list[str]]:
+    """A claim 'EXPRESSION = RESULT UNIT' per computable draft, citing the facts it uses, and why the others were
+    dropped."""
+    claims, rejected = [], []
+    for draft in drafts:
+        try:
+            result, citations = compute(draft.expression, facts)
+        except ValueError as error:
+            rejected.append(f"calculation dropped: {error}")
+            continue
+        shown = f"{result:.6g}"
+        claims.append(
+            Claim(
+                text=f"{draft.expression} = {shown} {draft.unit}".strip(),
+                citations=citations,
+                value=shown,
+                unit=draft.unit or None,
+            )
+        )
+    return claims, rejected

@@ -1,0 +1,45 @@
+"""Synthesis arithmetic is computed by Strata from the facts' values, never taken from the model."""
+
+import pytest
+
+from strata.read.calculate import calculation_claims, compute, fact_number
+from strata.read.model import CalculationDraft, Claim
+
+FACTS = [
+    Claim(text="4.2 cm", citations=[1], value="4.2", unit="cm"),
+    Claim(text="9.8 cm", citations=[2], value="9.8 cm", unit="cm"),
+    Claim(text="1,250 mg", citations=[3], value="1,250", unit="mg"),
+]
+
+
+def test_an_expression_over_fact_values_is_computed_and_cites_those_facts():
+    result, citations = compute("(9.8 - 4.2) / 4.2", FACTS)
+    assert result == pytest.approx(5.6 / 4.2) and citations == [1, 2]
+    assert compute("1250 / 9.8 ** 4.2", FACTS)[1] == [1, 2, 3]  # "1,250" is the number 1250
+    assert compute("-4.2", FACTS) == (-4.2, [1])
+
+
+@pytest.mark.parametrize(
+    ("expression", "why"),
+    [
+        ("9.8 - 3", "3 in"),  # a number no fact states
+        ("__import__('os').getcwd()", "not arithmetic"),
+        ("9.8 // 4.2", "not arithmetic"),
+        ("4.2 / (4.2 - 4.2)", "division by zero"),
+        ("9.8 -", "not an arithmetic expression"),
+    ],
+)
+def test_anything_but_arithmetic_over_fact_values_is_refused(expression, why):
+    with pytest.raises(ValueError, match=why.replace("(", r"\(")):
+        compute(expression, FACTS)
+
+
+def test_calculation_claims_keep_the_computable_and_say_why_the_rest_were_dropped():
+    drafts = [CalculationDraft(expression="9.8 - 4.2", unit="cm"), CalculationDraft(expression="9.8 - 7")]
+    claims, rejected = calculation_claims(drafts, FACTS)
+    assert [(c.text, c.value, c.unit, c.citations) for c in claims] == [("9.8 - 4.2 = 5.6 cm", "5.6", "cm", [1, 2])]
+    assert len(rejected) == 1 and "7 in '9.8 - 7' is not the value of any fact" in rejected[0]
+
+
+def test_a_fact_value_without_a_number_matches_nothing():
+    assert fact_number("not reported") is None and fact_number("\u22123.5 %") == -3.5
