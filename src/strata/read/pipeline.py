@@ -15,6 +15,7 @@ from strata.documents.model import ChunkHit, ContentType, Ranking
 from strata.llm import LLMClient, Trace, make_client, tracing
 from strata.read.local import LocalReader
 from strata.read.model import Answer, AnswerFormat, AskResult, PaperReading, StageEvent
+from strata.read.sections import with_toc_sections
 from strata.read.synthesize import Synthesizer
 from strata.read.validate import validate_answer
 from strata.relate import find_candidates
@@ -79,7 +80,7 @@ class Pipeline:
                 emit("synthesize", "done", f"{len(draft.claims)} claims, {len(draft.evidence)} passages cited")
                 stage = "validate"
                 emit("validate", "started")
-                answer = validate_answer(draft, self.store, options)
+                answer = with_toc_sections(validate_answer(draft, self.store, options), self.store, self.settings)
                 emit("validate", "done", _validation_detail(answer))
             # A failure here must not throw away what retrieval found: the caller gets the candidates and readings.
             except Exception as error:  # noqa: BLE001
