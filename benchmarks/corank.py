@@ -54,6 +54,8 @@ def arguments() -> argparse.Namespace:
     parser.add_argument("--train-passages", type=int, default=120)
     parser.add_argument("--no-train", action="store_true", help="skip the cross-encoder unless already trained")
     parser.add_argument("--methods", nargs="*", default=METHODS, help="rerankers to run, in order")
+    parser.add_argument("--listwise-answer", choices=("first-token", "generate"), default="first-token",
+                        help="rerank.listwise_answer: score each candidate as the first number, or write the ranking")
     parser.add_argument("--llm-threads", type=int, default=1, help="llm.n_threads (1 is faster on a busy machine)")
     return parser.parse_args()
 
@@ -64,6 +66,7 @@ def bench_settings(args: argparse.Namespace) -> Settings:
             "store.home": str(args.store),
             "llm.n_threads": args.llm_threads,
             "llm.n_threads_batch": 2,
+            "rerank.listwise_answer": args.listwise_answer,
             "rerank.pool": args.pool,
             "rerank.fine_k": args.fine_k,
             "rerank.listwise_depth": args.listwise_depth,
@@ -90,7 +93,10 @@ class Bench:
             "machine": platform.platform(),
             "caps": {name: value for name, value in vars(args).items() if name not in ("store", "work", "output")},
             "rerank_settings": self.settings.rerank.model_dump(mode="json"),
-            "llm": {"model": self.settings.llm.model, "n_ctx": self.settings.llm.n_ctx},
+            "llm": {
+                "backend": self.settings.llm.backend, "model": self.settings.llm.model, "n_ctx": self.settings.llm.n_ctx
+            },
+            "output": args.output.name,
             "rows": [],
         }
         self._keep_earlier_rows()

@@ -53,6 +53,7 @@ def render_results(results: Path, figures: Sequence[Figure]) -> str:
         toc_sections(results),
         _from_file(results / "lit3r_retrieval.json", lit3r_section),
         _from_file(results / "corank.json", corank_section),
+        _from_file(results / "corank-openai.json", corank_section),
         _from_file(results / "read.json", read_section),
         _from_file(results / "reliability.json", reliability_section),
         _from_file(results / "scale.json", scale_section),
@@ -239,7 +240,8 @@ def corank_section(data: dict[str, Any]) -> str:
     header = ["method", "queries", "nDCG@10", "R@10", "LLM calls/q", "tokens in/q", "tokens out/q", "s/q"]
     caps = data["caps"]
     lines = [
-        f"### Reranking: CoRank and baselines ({data['dataset']}, {data['llm']['model']})",
+        f"### Reranking: CoRank and baselines ({data['dataset']}, {data['llm'].get('backend', 'embedded')} "
+        f"{data['llm']['model']})",
         "",
         markdown_table(header, rows),
         "",
@@ -256,7 +258,8 @@ def corank_section(data: dict[str, Any]) -> str:
             f"{feature_pass['llm']['calls']} LLM calls ({feature_pass['llm']['tokens_in']:,} tokens in, "
             f"{feature_pass['llm']['tokens_out']:,} out), {feature_pass['seconds']:.1f} s."
         )
-    lines.append("Source: `benchmarks/results/corank.json` (`python benchmarks/corank.py`, flags as the caps above).")
+    output = data.get("output", "corank.json")
+    lines.append(f"Source: `benchmarks/results/{output}` (`python benchmarks/corank.py`, flags as the caps above).")
     return "\n".join(lines)
 
 

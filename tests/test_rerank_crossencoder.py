@@ -16,6 +16,7 @@ from strata.rerank.crossencoder import (
     TrainingPair,
     cross_encoder_source,
     fit_cross_encoder,
+    query_groups,
     trained_model_dir,
 )
 from strata.store.sqlite import CorpusStore
@@ -73,3 +74,12 @@ def test_synthetic_pairs_take_the_llm_query_its_passage_and_mined_negatives(stor
     positives = [pair for pair in pairs if pair.label == 1.0]
     assert [pair.query for pair in positives] == ["does zinc help", "zinc trial results"]
     assert all(pair.passage.startswith("Paper") for pair in pairs)
+
+
+def test_training_groups_each_positive_with_the_negatives_mined_for_its_query():
+    pair = lambda query, passage, label: TrainingPair(query=query, passage=passage, label=label)  # noqa: E731
+    pairs = [pair("q1", "a", 1.0), pair("q1", "b", 0.0), pair("q1", "c", 0.0),
+             pair("q2", "d", 1.0),  # no negative mined: nothing to contrast, left out
+             pair("q1", "e", 1.0), pair("q1", "f", 0.0)]  # the same words from another passage: its own group
+    groups = query_groups(pairs)
+    assert [[p.passage for p in group] for group in groups] == [["a", "b", "c"], ["e", "f"]]

@@ -65,7 +65,17 @@ class RankingBackend:
         return Generation(text=text, tokens_in=len(user) // 4, tokens_out=10)
 
     def score(self, system: str, user: str, continuations: Sequence[str]) -> Scoring:
-        return Scoring(scores=[ContinuationScore(continuation=c, logprob=0.0, n_tokens=1) for c in continuations])
+        """First-token listwise answers ('{"ranking": [N,') score by candidate N's grade; anything else ties."""
+        self.requests.append(user)
+        grades = {number: GRADE.search(text) for number, text in LINE.findall(user)}
+
+        def logprob(opening: str) -> float:
+            found = re.fullmatch(r'\{"ranking": \[(\d+),', opening)
+            grade = grades.get(found.group(1)) if found else None
+            return -1.0 / (1 + int(grade.group(1))) if grade else -2.0
+
+        scores = [ContinuationScore(continuation=c, logprob=logprob(c), n_tokens=3) for c in continuations]
+        return Scoring(scores=scores, tokens_in=len(user) // 4)
 
     def close(self) -> None:
         pass
@@ -142,12 +152,27 @@ def test_parser_counts_nothing_for_a_clean_answer_and_keeps_prior_order_for_an_u
     assert parse_permutation([3, 1], 4, requested=2)[1] == ParseErrors(answers=1)
 
 
+def test_an_answer_echoing_the_prior_order_is_counted_as_unchanged():
+    assert parse_permutation([1, 2, 3], 3)[1] == ParseErrors(answers=1, unchanged=1)
+    assert parse_permutation([1], 3, requested=1)[1].unchanged == 1  # the rest appended in prior order
+    assert parse_permutation(None, 3)[1].unchanged == 0  # unusable, counted as such
+
+
 def test_an_unparseable_listwise_answer_keeps_the_prior_order_and_is_counted():
     backend = RankingBackend(scripted=["no idea", '{"ranking": [2, 2, 7]}'])
     llm = ListwiseLLM(client_with(backend), window_tokens=1000)
     assert llm.order_window("q", ["a", "b", "c"]) == [0, 1, 2]
     assert llm.order_window("q", ["a", "b", "c"]) == [1, 0, 2]  # duplicate and unknown dropped, rest appended
     assert (llm.errors.unusable, llm.errors.duplicates, llm.errors.unknown, llm.errors.answers) == (1, 1, 1, 2)
+
+
+def test_first_token_answers_rank_every_candidate_by_its_score_as_the_first_number():
+    backend = RankingBackend()
+    llm = ListwiseLLM(client_with(backend), window_tokens=1000, answer="first-token")
+    texts = ["plain", "grade12 text", "grade3 text", "also plain", "grade12 again"]
+    assert llm.order_window("q", texts) == [1, 4, 2, 0, 3]  # ties (equal grades, no grade) keep input order
+    assert llm.errors == ParseErrors(answers=1)
+    assert llm.order_window("q", ["grade9", "grade2"]) == [0, 1] and llm.errors.unchanged == 1
 
 
 # windowing

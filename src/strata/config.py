@@ -299,6 +299,12 @@ class RerankSettings(_Section):
     window: int = Field(default=20, ge=2, description="Sliding window: candidates per prompt")
     stride: int = Field(default=10, ge=1, description="Sliding window: step between windows")
     sliding_depth: int = Field(default=100, ge=1, description="Sliding window: top candidates covered")
+    listwise_answer: Literal["generate", "first-token"] = Field(
+        default="generate",
+        description="How a listwise prompt is answered: 'generate' = the model writes the ranked numbers (RankGPT); "
+        "'first-token' = every candidate is scored as the first number of the answer and ranked by that "
+        "log-probability (FIRST, Reddy et al. 2024), one prompt read and no decoding",
+    )
     window_tokens: int = Field(
         default=3000,
         ge=200,

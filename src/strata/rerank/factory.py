@@ -53,7 +53,7 @@ def make_reranker(
         raise ValueError(f"unknown rerank method {method!r}")
     if client is None:
         raise ValueError(f"rerank method {method!r} needs an LLM client")
-    llm = ListwiseLLM(client, rerank.window_tokens)
+    llm = ListwiseLLM(client, rerank.window_tokens, rerank.listwise_answer)
     if method == "listwise":
         return ListwiseReranker(llm, texts, rerank)
     if method == "sliding-window":

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from functools import cache
 from pydantic import BaseModel, Field, create_model
 
-from strata.llm import LLMClient, LLMError, prompt_registry
+from strata.llm import LLMClient, LLMError, Prompt, prompt_registry
 from strata.rerank.permutation import ParseErrors, parse_permutation
 
 CHARS_PER_TOKEN = 3.6  # Qwen's tokenizer on scientific English is ~4; lower errs toward smaller windows
@@ -38,9 +38,10 @@ def estimated_tokens(text: str) -> int:
 class ListwiseLLM:
     """Orders candidate texts for a query with listwise prompts; parsing mistakes accumulate in `errors`."""
 
-    def __init__(self, client: LLMClient, window_tokens: int) -> None:
+    def __init__(self, client: LLMClient, window_tokens: int, answer: str = "generate") -> None:
         self.client = client
         self.window_tokens = window_tokens
+        self.answer = answer
         self.errors = ParseErrors()
         self._prompts = prompt_registry()
 
@@ -54,13 +55,25 @@ class ListwiseLLM:
         documents = "\n".join(f"[{number}] {' '.join(text.split())}" for number, text in enumerate(texts, start=1))
         prompt = self._prompts.render("rerank_listwise", query=query, documents=documents, count=str(count))
         try:
-            answer = self.client.complete(prompt, ranked_ids_schema(n, count), max_tokens=4 * count + 16)
-            ids: list[int] | None = list(answer.ranking)  # type: ignore[attr-defined]
+            ids: list[int] | None = (
+                self._first_token_ids(prompt, n) if self.answer == "first-token" else self._written_ids(prompt, n, count)
+            )
         except LLMError:
             ids = None  # an unusable answer (or a prompt over n_ctx) keeps the prior order, and is counted
         order, errors = parse_permutation(ids, n, count)
         self.errors = self.errors + errors
         return order
+
+    def _written_ids(self, prompt: Prompt, n: int, count: int) -> list[int]:
+        answer = self.client.complete(prompt, ranked_ids_schema(n, count), max_tokens=4 * count + 16)
+        return list(answer.ranking)  # type: ignore[attr-defined]
+
+    def _first_token_ids(self, prompt: Prompt, n: int) -> list[int]:
+        """All n numbers, by the log-probability of each as the answer's first: '{"ranking": [7,' (the comma
+        closes the number, so 1 is not a prefix of 12). Ties keep the input order."""
+        openings = [f'{{"ranking": [{number},' for number in range(1, n + 1)]
+        scores = self.client.score(prompt, openings)
+        return sorted(range(1, n + 1), key=lambda number: (-scores[number - 1].logprob, number))
 
     def sliding(self, query: str, texts: Sequence[str], window: int, carry: int, full_answers: bool) -> list[int]:
         """0-based order of `texts` after windows slide from the bottom to the top.

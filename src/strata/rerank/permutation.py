@@ -19,6 +19,11 @@ class ParseErrors(BaseModel):
         default=0, description="Requested ids not named (all unnamed ids are appended in their prior order)"
     )
     incomplete_answers: int = Field(default=0, description="Answers that needed any repair")
+    unchanged: int = Field(
+        default=0,
+        description="Usable answers that kept the prior order exactly: a model that always echoes its input "
+        "reranks nothing (the embedded 0.5B model did this on SciFact)",
+    )
 
     def __add__(self, other: ParseErrors) -> ParseErrors:
         return ParseErrors(**{name: getattr(self, name) + getattr(other, name) for name in ParseErrors.model_fields})
@@ -46,11 +51,13 @@ def parse_permutation(ids: Sequence[int] | None, n: int, requested: int | None =
             seen.add(item - 1)
             order.append(item - 1)
     missing = max(requested - len(order), 0)
+    permutation = order + [index for index in range(n) if index not in seen]
     errors = ParseErrors(
         answers=1,
+        unchanged=int(permutation == list(range(n))),
         duplicates=duplicates,
         unknown=unknown,
         missing=missing,
         incomplete_answers=int(bool(duplicates or unknown or missing)),
     )
-    return order + [index for index in range(n) if index not in seen], errors
+    return permutation, errors
