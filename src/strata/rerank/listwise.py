@@ -56,7 +56,9 @@ class ListwiseLLM:
         prompt = self._prompts.render("rerank_listwise", query=query, documents=documents, count=str(count))
         try:
             ids: list[int] | None = (
-                self._first_token_ids(prompt, n) if self.answer == "first-token" else self._written_ids(prompt, n, count)
+                self._first_token_ids(prompt, query, n)
+                if self.answer == "first-token"
+                else self._written_ids(prompt, n, count)
             )
         except LLMError:
             ids = None  # an unusable answer (or a prompt over n_ctx) keeps the prior order, and is counted
@@ -68,12 +70,18 @@ class ListwiseLLM:
         answer = self.client.complete(prompt, ranked_ids_schema(n, count), max_tokens=4 * count + 16)
         return list(answer.ranking)  # type: ignore[attr-defined]
 
-    def _first_token_ids(self, prompt: Prompt, n: int) -> list[int]:
+    def _first_token_ids(self, prompt: Prompt, query: str, n: int) -> list[int]:
         """All n numbers, by the log-probability of each as the answer's first: '{"ranking": [7,' (the comma
-        closes the number, so 1 is not a prefix of 12). Ties keep the input order."""
+        closes the number, so 1 is not a prefix of 12), minus the same log-probability when every document reads
+        'N/A' (contextual calibration, Zhao et al. 2021): a small model favours the first numbers whatever they
+        hold, and without the correction its ranking barely moved. Ties keep the input order."""
         openings = [f'{{"ranking": [{number},' for number in range(1, n + 1)]
         scores = self.client.score(prompt, openings)
-        return sorted(range(1, n + 1), key=lambda number: (-scores[number - 1].logprob, number))
+        blank = "\n".join(f"[{number}] N/A" for number in range(1, n + 1))
+        empty = self._prompts.render("rerank_listwise", query=query, documents=blank, count=str(n))
+        prior = self.client.score(empty, openings)
+        gain = [given.logprob - before.logprob for given, before in zip(scores, prior, strict=True)]
+        return sorted(range(1, n + 1), key=lambda number: (-gain[number - 1], number))
 
     def sliding(self, query: str, texts: Sequence[str], window: int, carry: int, full_answers: bool) -> list[int]:
         """0-based order of `texts` after windows slide from the bottom to the top.
