@@ -193,17 +193,18 @@ def features(bench: Bench, store, client, capped: dict[str, Ranking]) -> None:
             report = extractor.ensure(pool)
         summary = trace.summary()
         fresh = max(summary.calls - summary.cache_hits, 0)
+        attempted = max(report.extracted + len(report.failed), 1)
         passes.append(
             {
                 "pass": attempt,
                 **report.model_dump(exclude={"failed"}),
                 "failed": len(report.failed),
                 "llm": summary.model_dump(),
-                "per_document": {
-                    "llm_calls": summary.calls / max(report.extracted, 1),
-                    "tokens_in": summary.tokens_in / max(report.extracted, 1),
-                    "tokens_out": summary.tokens_out / max(report.extracted, 1),
-                    "seconds": report.seconds / max(report.extracted, 1),
+                "per_document": {  # per document sent to the LLM, failed extractions included
+                    "llm_calls": summary.calls / attempted,
+                    "tokens_in": summary.tokens_in / attempted,
+                    "tokens_out": summary.tokens_out / attempted,
+                    "seconds": report.seconds / attempted,
                     "uncached_llm_calls": fresh,
                 },
             }

@@ -56,7 +56,7 @@ class StoredFeatures(BaseModel):
 
 class ExtractionReport(BaseModel):
     documents: int = Field(description="Documents asked for")
-    extracted: int = Field(description="Documents sent to the LLM (new or changed)")
+    extracted: int = Field(description="Documents whose features were extracted now (new or changed)")
     cached: int = Field(description="Documents whose cached features matched their content")
     failed: list[str] = Field(default_factory=list, description="Documents whose extraction gave no usable answer")
     seconds: float = 0.0
@@ -137,17 +137,17 @@ class CompactFeatures:
         """Extract features for every paper without current cached ones (at most once per content hash)."""
         started = time.perf_counter()
         ids = list(dict.fromkeys(paper_ids))
-        extracted, failed = 0, []
+        attempted, failed = 0, []
         for paper_id in ids:
             if self.cache.get(paper_id, self.texts.content_hash(paper_id)) is not None:
                 continue
-            extracted += 1
+            attempted += 1
             if self._extract(paper_id) is None:
                 failed.append(paper_id)
         return ExtractionReport(
             documents=len(ids),
-            extracted=extracted,
-            cached=len(ids) - extracted,
+            extracted=attempted - len(failed),
+            cached=len(ids) - attempted,
             failed=failed,
             seconds=time.perf_counter() - started,
         )
