@@ -97,6 +97,9 @@ class Bench:
                 "backend": self.settings.llm.backend, "model": self.settings.llm.model, "n_ctx": self.settings.llm.n_ctx
             },
             "output": args.output.name,
+            "title": "trained cross-encoder against the first stage"
+            if args.methods == ["cross-encoder"]
+            else f"CoRank and baselines, {args.listwise_answer} listwise answers",
             "rows": [],
         }
         self._keep_earlier_rows()

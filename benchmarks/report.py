@@ -53,6 +53,8 @@ def render_results(results: Path, figures: Sequence[Figure]) -> str:
         toc_sections(results),
         _from_file(results / "lit3r_retrieval.json", lit3r_section),
         _from_file(results / "corank.json", corank_section),
+        _from_file(results / "corank-generate.json", corank_section),
+        _from_file(results / "corank-ce.json", corank_section),
         _from_file(results / "corank-openai.json", corank_section),
         _from_file(results / "read.json", read_section),
         _from_file(results / "reliability.json", reliability_section),
@@ -240,15 +242,16 @@ def corank_section(data: dict[str, Any]) -> str:
     header = ["method", "queries", "nDCG@10", "R@10", "LLM calls/q", "tokens in/q", "tokens out/q", "s/q"]
     caps = data["caps"]
     lines = [
-        f"### Reranking: CoRank and baselines ({data['dataset']}, {data['llm'].get('backend', 'embedded')} "
-        f"{data['llm']['model']})",
+        f"### Reranking: {data.get('title', 'CoRank and baselines')} ({data['dataset']}, "
+        f"{data['llm'].get('backend', 'embedded')} {data['llm']['model']})",
         "",
         markdown_table(header, rows),
         "",
         f"Caps: {caps['queries']} queries for the LLM rerankers, {caps['ce_queries']} for the cross-encoder and first "
         f"stages (compare rows with equal query counts); pool {caps['pool']}, fine k {caps['fine_k']}, listwise depth "
         f"{caps['listwise_depth']}, sliding depth {caps['sliding_depth']} (window {caps['window']}, stride "
-        f"{caps['stride']}), {caps['passage_words']} words per passage, cross-encoder depth {caps['ce_depth']}"
+        f"{caps['stride']}), {caps['passage_words']} words per passage, listwise answers "
+        f"`{caps.get('listwise_answer', 'generate')}`, cross-encoder depth {caps['ce_depth']}"
         f"{' (not trained in this run)' if caps.get('no_train') else ''}.",
     ]
     for feature_pass in data.get("features", {}).get("passes", []):
@@ -258,6 +261,8 @@ def corank_section(data: dict[str, Any]) -> str:
             f"{feature_pass['llm']['calls']} LLM calls ({feature_pass['llm']['tokens_in']:,} tokens in, "
             f"{feature_pass['llm']['tokens_out']:,} out), {feature_pass['seconds']:.1f} s."
         )
+    if "note" in data:
+        lines.append(data["note"])
     output = data.get("output", "corank.json")
     lines.append(f"Source: `benchmarks/results/{output}` (`python benchmarks/corank.py`, flags as the caps above).")
     return "\n".join(lines)
