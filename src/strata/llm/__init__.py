@@ -9,7 +9,14 @@ with make_client(settings) as client, tracing() as trace:
 print(trace.format())
 """
 
-from strata.llm.backend import Backend, ContinuationScore, Generation, GenerationOptions, Scoring
+from strata.llm.backend import (
+    Backend,
+    ContinuationScore,
+    Generation,
+    GenerationOptions,
+    Scoring,
+    calibrated_logprobs,
+)
 from strata.llm.cache import ResponseCache
 from strata.llm.client import LLMClient, make_client
 from strata.llm.errors import (
@@ -50,6 +57,7 @@ __all__ = [
     "Trace",
     "TraceSummary",
     "active_trace",
+    "calibrated_logprobs",
     "extract_json_object",
     "make_client",
     "parse_structured",

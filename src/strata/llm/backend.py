@@ -40,6 +40,13 @@ class ContinuationScore(BaseModel):
         return self.logprob / max(self.n_tokens, 1)
 
 
+def calibrated_logprobs(scores: Sequence[ContinuationScore], prior: Sequence[ContinuationScore]) -> list[float]:
+    """Each continuation's log-probability minus its log-probability after a content-free version of the prompt
+    (contextual calibration, Zhao et al. 2021; PMI, Holtzman et al. 2021): what the content adds, without the
+    model's preference for a position, a length or a wording."""
+    return [given.logprob - before.logprob for given, before in zip(scores, prior, strict=True)]
+
+
 class Scoring(BaseModel):
     scores: list[ContinuationScore]
     tokens_in: int = Field(description="Tokens sent or evaluated for all continuations together")

@@ -34,8 +34,5 @@ def with_toc_sections(answer: Answer, store: CorpusStore, settings: Settings) ->
 def _placed(item: Evidence, toc: DocumentToc | None) -> Evidence:
     if toc is None or item.section_path:
         return item
-    start = Locator.parse(item.locator).char_start
-    for number, chunks in toc.leaf_chunks.items():
-        if any(chunk.char_start <= start < chunk.char_end for chunk in chunks):
-            return item.model_copy(update={"section_path": toc.entry(number).path})
-    return item
+    leaf = toc.leaf_at(Locator.parse(item.locator).char_start)
+    return item if leaf is None else item.model_copy(update={"section_path": leaf.path})

@@ -14,7 +14,7 @@ import pysbd
 
 from strata.config import ReadSettings
 from strata.index.bm25 import english_analyzer
-from strata.llm import LLMClient, Trace, prompt_registry
+from strata.llm import LLMClient, Trace, calibrated_logprobs, prompt_registry
 from strata.read.calculate import calculation_claims
 from strata.read.local import chosen, flat, probabilities
 from strata.read.model import Answer, AnswerFormat, Claim, Evidence, PaperReading, citing_only
@@ -112,12 +112,9 @@ class Synthesizer:
         informed = self.client.score(prompt, texts, trace=trace)
         if self.settings.choice == "likelihood":
             return [score.mean_logprob for score in informed]
-        # Calibrated (pointwise mutual information with the evidence, Holtzman et al. 2021): an option's surface
-        # form and the model's prior favour it with or without evidence; subtracting the no-evidence log-probability
-        # leaves what the evidence adds.
+        # Calibrated against the same question without evidence: what the evidence adds to each option.
         prior_prompt = prompt_registry().render("read_choose_prior", question=asked, options=listed)
-        prior = self.client.score(prior_prompt, texts, trace=trace)
-        return [given.logprob - before.logprob for given, before in zip(informed, prior, strict=True)]
+        return calibrated_logprobs(informed, self.client.score(prior_prompt, texts, trace=trace))
 
     def _letter_preference(self, shown: str, asked: str, texts: list[str], trace: Trace) -> list[float]:
         """Mean share of each option's letter over every cyclic order of the options. Small models favour a

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from functools import cache
 from pydantic import BaseModel, Field, create_model
 
-from strata.llm import LLMClient, LLMError, Prompt, prompt_registry
+from strata.llm import LLMClient, LLMError, Prompt, calibrated_logprobs, prompt_registry
 from strata.rerank.permutation import ParseErrors, parse_permutation
 
 CHARS_PER_TOKEN = 3.6  # Qwen's tokenizer on scientific English is ~4; lower errs toward smaller windows
@@ -79,8 +79,7 @@ class ListwiseLLM:
         scores = self.client.score(prompt, openings)
         blank = "\n".join(f"[{number}] N/A" for number in range(1, n + 1))
         empty = self._prompts.render("rerank_listwise", query=query, documents=blank, count=str(n))
-        prior = self.client.score(empty, openings)
-        gain = [given.logprob - before.logprob for given, before in zip(scores, prior, strict=True)]
+        gain = calibrated_logprobs(scores, self.client.score(empty, openings))
         return sorted(range(1, n + 1), key=lambda number: (-gain[number - 1], number))
 
     def sliding(self, query: str, texts: Sequence[str], window: int, carry: int, full_answers: bool) -> list[int]:

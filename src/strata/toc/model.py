@@ -53,6 +53,13 @@ class DocumentToc(BaseModel):
     def leaf_text(self, number: str) -> str:
         return "\n\n".join(chunk.text for chunk in self.leaf_chunks.get(number, []))
 
+    def leaf_at(self, offset: int) -> TocEntry | None:
+        """The leaf owning the chunk whose span holds character `offset` of the paper's text, if any."""
+        for number, chunks in self.leaf_chunks.items():
+            if any(chunk.char_start <= offset < chunk.char_end for chunk in chunks):
+                return self.entry(number)
+        return None
+
     def leaves(self) -> list[TocEntry]:
         return [entry for entry in self.entries if entry.is_leaf]
 
