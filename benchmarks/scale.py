@@ -330,6 +330,7 @@ def main() -> None:
             by_size[key] = {**by_size[key], **entry} if args.search_only else entry
             results["sizes"] = sizes = [by_size[size] for size in sorted(by_size)]
             output.write_text(json.dumps(results, indent=2))
+        results.pop("extrapolated", None)  # a stale estimate must not outlive a measurement of that size
         if len(sizes) >= 2 and args.extrapolate_to > sizes[-1]["build"]["chunks"]:
             results["extrapolated"] = extrapolate(sizes, args.extrapolate_to)
     if not args.skip_backends:

@@ -321,7 +321,12 @@ def zero_shot_llm(question_sets: list, settings, title: str, sample: str, tag: s
 
 def small_overrides(args: argparse.Namespace) -> dict:
     """CPU_SMALL_SETTINGS with the training flags given on the command line."""
-    given = {"toc.max_steps": args.max_steps, "toc.threads": args.threads, "toc.eval_every_steps": args.eval_every}
+    given = {
+        "toc.max_steps": args.max_steps,
+        "toc.threads": args.threads,
+        "toc.eval_every_steps": args.eval_every,
+        "toc.patience": args.patience,
+    }
     return CPU_SMALL_SETTINGS | {name: value for name, value in given.items() if value is not None}
 
 
@@ -521,6 +526,7 @@ def main() -> None:
     cpu.add_argument("--max-steps", type=int, help=f"toc.max_steps (default {CPU_SMALL_SETTINGS['toc.max_steps']})")
     cpu.add_argument("--threads", type=int, help="toc.threads: torch threads (2 on a quiet machine)")
     cpu.add_argument("--eval-every", type=int, help="toc.eval_every_steps: steps between dev R@1 checks")
+    cpu.add_argument("--patience", type=int, help=f"toc.patience (default {CPU_SMALL_SETTINGS['toc.patience']})")
     prepare = commands.add_parser("prepare-gpu")
     prepare.add_argument("--folder", default=str(GPU_FOLDER))
     prepare.add_argument("--model", default=None, help="model to fine-tune there (default: toc.train_model)")

@@ -78,21 +78,28 @@ def cmd_ingest(args: argparse.Namespace, settings: Settings) -> int:
     if args.ray:
         from strata.ingest_ray import ingest_with_ray
 
-        report = ingest_with_ray(files, settings, address=None if args.ray == "local" else args.ray)
+        address = None if args.ray == "local" else args.ray
+        report = ingest_with_ray(files, settings, address=address, features=args.features)
         print(report.summary())
-        return 1 if report.errors and args.strict else 0
+        return _ingest_status(report, args.strict)
     with tqdm(total=len(files), unit="file", disable=args.quiet, file=sys.stderr) as bar:
 
         def advance(path: Path, outcome: Any) -> None:
             bar.set_postfix_str(f"{outcome.status}: {path.name}"[:60])
             bar.update(1)
 
-        report = ingest(files, settings, progress=advance)
+        report = ingest(files, settings, progress=advance, features=args.features)
     if args.json:
         _print_json(report)
     else:
         print(report.summary())
-    return 1 if report.errors and args.strict else 0
+    return _ingest_status(report, args.strict)
+
+
+def _ingest_status(report: Any, strict: bool) -> int:
+    """1 under --strict when a file failed or a paper's features could not be extracted."""
+    failed_features = report.features is not None and report.features.failed
+    return 1 if strict and (report.errors or failed_features) else 0
 
 
 def cmd_search(args: argparse.Namespace, settings: Settings) -> int:
@@ -312,8 +319,7 @@ def cmd_features(args: argparse.Namespace, settings: Settings) -> int:
     if args.json:
         _print_json(report)
     else:
-        print(f"{report.documents} documents: {report.extracted} extracted, {report.cached} cached, "
-              f"{len(report.failed)} failed, {report.seconds:.1f}s")
+        print(report.summary())
     return 1 if report.failed else 0
 
 
@@ -356,6 +362,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--ray", nargs="?", const="local", metavar="ADDRESS",
         help="parse and embed as Ray Data pipelines: on a local Ray instance, or the cluster at ADDRESS ('auto', "
         "'ray://host:10001'); results land in the same store",
+    )
+    ingest_cmd.add_argument(
+        "--features", action="store_true",
+        help="also extract CoRank's compact features of papers without current ones (on Ray workers with --ray)",
     )
 
     search_cmd = command("search", cmd_search, "hybrid search: papers with their best passages and locators")

@@ -20,6 +20,8 @@ from pydantic import BaseModel, Field
 from strata.config import Settings
 from strata.documents.parsers import ParseError, discover, iter_papers
 from strata.index import CorpusIndex
+from strata.rerank.factory import extract_features
+from strata.rerank.features import ExtractionReport
 from strata.store import CorpusStore, open_store
 
 ProgressCallback = Callable[[Path, "FileOutcome"], None]
@@ -41,6 +43,9 @@ class IngestReport(BaseModel):
     parse_seconds: float
     index_seconds: float
     resolved_references: int
+    features: ExtractionReport | None = Field(
+        default=None, description="CoRank feature extraction, when ingest was asked for it"
+    )
 
     def count(self, status: str) -> int:
         return sum(1 for outcome in self.files if outcome.status == status)
@@ -58,12 +63,16 @@ class IngestReport(BaseModel):
             f"{self.resolved_references}; parse {self.parse_seconds:.1f}s, index {self.index_seconds:.1f}s"
         ]
         lines += [f"FAILED {outcome.path}: {outcome.error}" for outcome in self.errors]
+        if self.features is not None:
+            lines.append(self.features.summary())
+            lines += [f"FAILED features of {paper_id}" for paper_id in self.features.failed]
         return "\n".join(lines)
 
 
 def ingest(
-    paths: Iterable[Path | str], settings: Settings, progress: ProgressCallback | None = None
+    paths: Iterable[Path | str], settings: Settings, progress: ProgressCallback | None = None, features: bool = False
 ) -> IngestReport:
+    """Parse, store and index `paths`; with `features`, then extract CoRank features of papers lacking them."""
     files = discover(paths)
     started = time.perf_counter()
     with open_store(settings) as store:
@@ -77,6 +86,7 @@ def ingest(
         parse_seconds=parse_seconds,
         index_seconds=time.perf_counter() - index_started,
         resolved_references=resolved,
+        features=extract_features(settings) if features else None,
     )
 
 
@@ -106,7 +116,7 @@ def _ingest_file(
 
 def _store_papers(store: CorpusStore, path: Path, key: str, digest: str, settings: Settings) -> FileOutcome:
     outcome = FileOutcome(path=key, status="ok")
-    with _time_limit(settings.parsing.per_file_timeout_s, path):
+    with parse_time_limit(settings.parsing.per_file_timeout_s):
         for paper in iter_papers(path, settings.parsing):
             # Papers committed before an interruption are kept; the rerun skips them.
             if store.has_paper(paper.id, digest):
@@ -139,12 +149,12 @@ def _files_of(path: Path) -> Iterator[Path]:
 
 
 @contextmanager
-def _time_limit(seconds: float, path: Path) -> Iterator[None]:
+def parse_time_limit(seconds: float) -> Iterator[None]:
     """Abort a parse that runs past `seconds` with a TimeoutError.
 
-    On the main thread a SIGALRM raises it; elsewhere (the server ingests in a worker thread, where no signal is
-    delivered) a timer raises it in the parsing thread. Either lands between Python bytecodes, so one long C call
-    (a single PyMuPDF page) finishes first.
+    On the main thread a SIGALRM raises it; elsewhere (the server's ingest thread, a Ray worker's task thread: no
+    signal reaches them) a timer raises it in the parsing thread. Either lands between Python bytecodes, so one long
+    C call (a single PyMuPDF page) finishes first.
     """
     message = f"parsing took longer than {seconds:.0f}s (parsing.per_file_timeout_s)"
     if threading.current_thread() is not threading.main_thread():

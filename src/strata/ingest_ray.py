@@ -1,10 +1,11 @@
-"""Ingest on Ray: parsing and chunking, then embedding, run as Ray Data pipelines; the results land in the same store
-and indices as `strata.ingest.ingest`.
+"""Ingest on Ray: parsing and chunking, embedding, and (asked for) CoRank feature extraction, run as Ray Data
+pipelines; the results land in the same store, indices and feature cache as `strata.ingest.ingest`.
 
 The same code runs on a local Ray instance (`address` None: `ray.init(num_cpus=...)` on this machine) and on a cluster
 (`address` 'auto' or 'ray://host:10001'; every node needs Strata and the embedding model installed). Workers parse
 files and embed chunk texts; the driver alone writes the store (one writer, as locally) and builds the indices from
-the workers' vectors. Unchanged files are skipped exactly as by the local ingest.
+the workers' vectors, and alone writes the workers' features into the cache. Unchanged files are skipped exactly as
+by the local ingest, and papers with current features are not sent to the LLM.
 """
 
 from __future__ import annotations
@@ -21,7 +22,16 @@ from strata.documents.parsers import ParseError, discover, iter_papers
 from strata.index import CorpusIndex
 from strata.index.dense import embedding_text
 from strata.index.embedder import Embedder
-from strata.ingest import FileOutcome, IngestReport, content_hash
+from strata.ingest import FileOutcome, IngestReport, content_hash, parse_time_limit
+from strata.llm import make_client
+from strata.rerank.features import (
+    ExtractionReport,
+    FeatureCache,
+    StoredFeatures,
+    extract_document_features,
+    features_path,
+)
+from strata.rerank.texts import PaperTexts
 from strata.store import AnyStore, open_store
 from strata.store.sqlite import StoredChunk
 
@@ -39,10 +49,11 @@ class _ParseFiles:
         papers, errors = [], []
         for path in batch["path"]:
             try:
-                parsed = list(iter_papers(Path(path), self.settings.parsing))
+                with parse_time_limit(self.settings.parsing.per_file_timeout_s):
+                    parsed = list(iter_papers(Path(path), self.settings.parsing))
                 papers.append([paper.model_dump_json() for paper in parsed])
                 errors.append("")
-            except (ParseError, OSError) as error:
+            except (ParseError, OSError, TimeoutError) as error:
                 papers.append([])
                 errors.append(error.reason if isinstance(error, ParseError) else f"{type(error).__name__}: {error}")
         return {"path": list(batch["path"]), "sha256": list(batch["sha256"]), "papers": papers, "error": errors}
@@ -59,7 +70,32 @@ class _EmbedTexts:
         return {"key": batch["key"], "vector": list(vectors)}
 
 
-def ingest_with_ray(paths: Iterable[Path | str], settings: Settings, address: str | None = None) -> IngestReport:
+class _ExtractFeatures:
+    """Ray Data actor: loads the LLM and the encoder once, then extracts CoRank features document by document."""
+
+    def __init__(self, settings_json: str) -> None:
+        settings = Settings.model_validate_json(settings_json)
+        self.client = make_client(settings)
+        self.embedder = Embedder(settings.index.embedding)
+
+    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, list]:
+        packed = []
+        for document in batch["document"]:
+            stored = extract_document_features(self.client, self.embedder, str(document))
+            packed.append(stored.packed() if stored else ("", b"", b""))  # "" features: no usable answer
+        return {
+            "paper_id": list(batch["paper_id"]),
+            "content_hash": list(batch["content_hash"]),
+            "model": [self.client.model] * len(packed),
+            "features": [features for features, _, _ in packed],
+            "section_vectors": [sections for _, sections, _ in packed],
+            "keyword_vectors": [keywords for _, _, keywords in packed],
+        }
+
+
+def ingest_with_ray(
+    paths: Iterable[Path | str], settings: Settings, address: str | None = None, features: bool = False
+) -> IngestReport:
     import ray
 
     started = time.perf_counter()
@@ -74,11 +110,13 @@ def ingest_with_ray(paths: Iterable[Path | str], settings: Settings, address: st
             index = CorpusIndex(store, settings)
             vectors = _embed(stored_papers, settings) if settings.index.dense else {}
             index.sync(vectors_of=_lookup(vectors, index))
+            index_seconds = time.perf_counter() - index_started
+            extraction = _extract_features(store, settings) if features else None
     finally:
         if address is None:
             ray.shutdown()
-    return IngestReport(files=outcomes, parse_seconds=parse_seconds,
-                        index_seconds=time.perf_counter() - index_started, resolved_references=resolved)
+    return IngestReport(files=outcomes, parse_seconds=parse_seconds, index_seconds=index_seconds,
+                        resolved_references=resolved, features=extraction)
 
 
 def _parse_and_store(store: AnyStore, files: list[Path], settings: Settings) -> tuple[list[FileOutcome], list[Paper]]:
@@ -146,6 +184,42 @@ def _embed(papers: Sequence[Paper], settings: Settings) -> dict[tuple[str, int],
         ordinal, paper_id = str(row["key"]).split(":", 1)
         vectors[(paper_id, int(ordinal))] = np.asarray(row["vector"], dtype=np.float32)
     return vectors
+
+
+def _extract_features(store: AnyStore, settings: Settings) -> ExtractionReport:
+    """Features of every stored paper without current ones, extracted by LLM actors (each with `llm.n_threads`
+    CPUs, half a node's by default); documents are read here, as the workers may not see the store."""
+    import ray
+
+    started = time.perf_counter()
+    texts, cache = PaperTexts(store), FeatureCache(features_path(settings))
+    try:
+        paper_ids = store.paper_ids()
+        hashes = {paper_id: texts.content_hash(paper_id) for paper_id in paper_ids}
+        todo = [
+            {"paper_id": pid, "content_hash": hashes[pid],
+             "document": texts.document(pid, settings.rerank.features_input_words)}
+            for pid in paper_ids
+            if cache.get(pid, hashes[pid]) is None
+        ]
+        failed = []
+        if todo:
+            threads = min(settings.llm.n_threads or max(1, _cpus() // 2), _cpus())
+            extracted = ray.data.from_items(todo).map_batches(
+                _ExtractFeatures, fn_constructor_args=(settings.model_dump_json(),), batch_size=1,
+                concurrency=max(1, _cpus() // threads), num_cpus=threads,
+            )
+            for row in extracted.iter_rows():
+                if not row["features"]:
+                    failed.append(row["paper_id"])
+                    continue
+                stored = StoredFeatures.unpacked(row["features"], row["section_vectors"], row["keyword_vectors"])
+                cache.put(row["paper_id"], row["content_hash"], row["model"], stored)
+    finally:
+        cache.close()
+    return ExtractionReport(documents=len(paper_ids), extracted=len(todo) - len(failed),
+                            cached=len(paper_ids) - len(todo), failed=sorted(failed),
+                            seconds=time.perf_counter() - started)
 
 
 def _cpus() -> int:

@@ -53,6 +53,23 @@ class StoredFeatures(BaseModel):
     section_vectors: np.ndarray
     keyword_vectors: np.ndarray
 
+    def packed(self) -> tuple[str, bytes, bytes]:
+        """(features JSON, section vectors, keyword vectors as float32 bytes): how the cache and Ray rows hold them."""
+        return (
+            self.features.model_dump_json(),
+            self.section_vectors.astype(np.float32).tobytes(),
+            self.keyword_vectors.astype(np.float32).tobytes(),
+        )
+
+    @classmethod
+    def unpacked(cls, features_json: str, section_vectors: bytes, keyword_vectors: bytes) -> StoredFeatures:
+        features = DocumentFeatures.model_validate_json(features_json)
+        return cls(
+            features=features,
+            section_vectors=_unpack(section_vectors, len(features.sections)),
+            keyword_vectors=_unpack(keyword_vectors, len(features.keywords)),
+        )
+
 
 class ExtractionReport(BaseModel):
     documents: int = Field(description="Documents asked for")
@@ -60,6 +77,12 @@ class ExtractionReport(BaseModel):
     cached: int = Field(description="Documents whose cached features matched their content")
     failed: list[str] = Field(default_factory=list, description="Documents whose extraction gave no usable answer")
     seconds: float = 0.0
+
+    def summary(self) -> str:
+        return (
+            f"features: {self.documents} documents: {self.extracted} extracted, {self.cached} cached, "
+            f"{len(self.failed)} failed, {self.seconds:.1f}s"
+        )
 
 
 def features_path(settings: Settings) -> Path:
@@ -80,27 +103,12 @@ class FeatureCache:
             "SELECT features, section_vectors, keyword_vectors FROM features WHERE paper_id = ? AND content_hash = ?",
             (paper_id, content_hash),
         ).fetchone()
-        if row is None:
-            return None
-        features = DocumentFeatures.model_validate_json(row[0])
-        return StoredFeatures(
-            features=features,
-            section_vectors=_unpack(row[1], len(features.sections)),
-            keyword_vectors=_unpack(row[2], len(features.keywords)),
-        )
+        return None if row is None else StoredFeatures.unpacked(*row)
 
     def put(self, paper_id: str, content_hash: str, model: str, stored: StoredFeatures) -> None:
         with self._db:
             self._db.execute(
-                "INSERT OR REPLACE INTO features VALUES (?, ?, ?, ?, ?, ?)",
-                (
-                    paper_id,
-                    content_hash,
-                    model,
-                    stored.features.model_dump_json(),
-                    stored.section_vectors.astype(np.float32).tobytes(),
-                    stored.keyword_vectors.astype(np.float32).tobytes(),
-                ),
+                "INSERT OR REPLACE INTO features VALUES (?, ?, ?, ?, ?, ?)", (paper_id, content_hash, model, *stored.packed())
             )
 
     def close(self) -> None:
@@ -131,7 +139,6 @@ class CompactFeatures:
         self.embedder = embedder
         self.settings = settings
         self.client = client
-        self._prompts = prompt_registry()
 
     def ensure(self, paper_ids: Iterable[str]) -> ExtractionReport:
         """Extract features for every paper without current cached ones (at most once per content hash)."""
@@ -156,17 +163,9 @@ class CompactFeatures:
         if self.client is None:
             raise ValueError(f"no features cached for paper {paper_id!r} and no LLM client to extract them")
         document = self.texts.document(paper_id, self.settings.features_input_words)
-        try:
-            features = self.client.complete(self._prompts.render("features_extract", document=document))
-        except LLMError:
-            return None
-        assert isinstance(features, DocumentFeatures)
-        stored = StoredFeatures(
-            features=features,
-            section_vectors=self.embedder.embed([section_text(section) for section in features.sections]),
-            keyword_vectors=self.embedder.embed(features.keywords),
-        )
-        self.cache.put(paper_id, self.texts.content_hash(paper_id), self.client.model, stored)
+        stored = extract_document_features(self.client, self.embedder, document)
+        if stored is not None:
+            self.cache.put(paper_id, self.texts.content_hash(paper_id), self.client.model, stored)
         return stored
 
     def form4(self, query_vector: np.ndarray, paper_id: str) -> str | None:
@@ -182,6 +181,21 @@ class CompactFeatures:
         if keywords:
             parts.append(f"Keywords: {', '.join(features.keywords[index] for index in keywords)}")
         return ". ".join(parts)
+
+
+def extract_document_features(client: LLMClient, embedder: Embedder, document: str) -> StoredFeatures | None:
+    """One document's features with their section and keyword embeddings; None when the LLM gave no usable answer.
+    The part of extraction that needs no store, so Ray workers run it too."""
+    try:
+        features = client.complete(prompt_registry().render("features_extract", document=document))
+    except LLMError:
+        return None
+    assert isinstance(features, DocumentFeatures)
+    return StoredFeatures(
+        features=features,
+        section_vectors=embedder.embed([section_text(section) for section in features.sections]),
+        keyword_vectors=embedder.embed(features.keywords),
+    )
 
 
 def _most_similar(query_vector: np.ndarray, vectors: np.ndarray, keep: int) -> list[int]:
