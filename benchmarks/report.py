@@ -346,6 +346,13 @@ def reliability_section(data: dict[str, Any]) -> str:
     )
 
 
+def _growth(build: dict[str, Any]) -> str:
+    """Build seconds and peak RSS (less what the corpus generator held before building) per 1,000 chunks: the
+    growth curve, flat when the build scales linearly."""
+    per_1k = 1000 / build["chunks"]
+    return f"{build['build_seconds'] * per_1k:.2f} / {(build['peak_rss_mb'] - build['source_rss_mb']) * per_1k:.2f}"
+
+
 def scale_section(data: dict[str, Any]) -> str:
     rows = []
     for size in data.get("sizes", []):
@@ -358,6 +365,7 @@ def scale_section(data: dict[str, Any]) -> str:
                 f"{build['bm25_seconds']:,.0f}, vectors {build['dense_seconds']:,.0f})",
                 f"{build['peak_rss_mb']:,.0f}",
                 f"{build['disk_mb']:,.0f}",
+                _growth(build),
                 f"{search['strata_p50_ms']:.0f} / {search['strata_p95_ms']:.0f}",
                 f"{search['direct_p50_ms']:.0f} / {search['direct_p95_ms']:.0f}",
                 f"{search['ratio_p50']:.2f} / {search['ratio_p95']:.2f}",
@@ -375,20 +383,24 @@ def scale_section(data: dict[str, Any]) -> str:
                 "-",
                 "-",
                 "-",
+                "-",
             ]
         )
     header = [
-        "chunks", "dense", "build s", "peak RSS MB", "disk MB", "Strata hybrid p50 / p95 ms",
+        "chunks", "dense", "build s", "peak RSS MB", "disk MB", "per 1k chunks: build s / RSS MB",
+        "Strata hybrid p50 / p95 ms",
         "tantivy + faiss direct p50 / p95 ms", "ratio p50 / p95",
     ]  # fmt: skip
     lines = ["### Scale: index build and hybrid search on one machine", "", markdown_table(header, rows), ""]
     if data.get("sizes"):
         searches = [size["search"] for size in data["sizes"]]
         loads = " / ".join(f"{search['load_average_1min']:.0f}" for search in searches)
+        build_loads = " / ".join(f"{size['build'].get('load_average_1min', float('nan')):.0f}" for size in data["sizes"])
         lines.append(
             f"Caps: {searches[0]['queries']} SciFact test claims searched per size (depth {searches[0]['depth']}), "
             f"{data['machine']['cpus']} CPUs at nice {data['machine']['nice']}, 1-minute load "
-            f"{loads} while searching (compare the same-run ratios, not absolutes); query embedding is excluded "
+            f"{build_loads} at the end of each build and {loads} while searching (compare the same-run ratios, not "
+            "absolutes); query embedding is excluded "
             f"from both sides of the ratio. Corpus: {data['corpus']}."
         )
     if data.get("extrapolated"):
@@ -404,9 +416,12 @@ def scale_section(data: dict[str, Any]) -> str:
             markdown_table(header, [_backend_row(backends, method) for method in ("bm25", "dense", "hybrid")]),
             "",
             f"Backends: {backends['queries']} SciFact test claims, the same vectors in both stores (migrated in "
-            f"{backends['migrate_seconds']:.0f} s, no re-embedding).",
+            f"{backends['migrate_seconds']:.0f} s, no re-embedding); `{backends.get('command', 'python benchmarks/scale.py')}`.",
         ]
-    lines.append("Source: `benchmarks/results/scale.json` (`nice -n 10 python benchmarks/scale.py`).")
+    commands = dict.fromkeys(
+        part.get("command", "python benchmarks/scale.py") for size in data.get("sizes", []) for part in size.values()
+    )
+    lines.append(f"Source: `benchmarks/results/scale.json` ({'; '.join(f'`{c}`' for c in commands)}).")
     return "\n".join(lines)
 
 

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from strata.eval.qa import QAEvalResult
     from strata.eval.retrieval import RetrievalEvalResult
     from strata.eval.toc import TocEvalResult
+    from strata.ingest import IngestReport
 
 Handler = Callable[[argparse.Namespace, Settings], int]
 
@@ -96,7 +97,7 @@ def cmd_ingest(args: argparse.Namespace, settings: Settings) -> int:
     return _ingest_status(report, args.strict)
 
 
-def _ingest_status(report: Any, strict: bool) -> int:
+def _ingest_status(report: IngestReport, strict: bool) -> int:
     """1 under --strict when a file failed or a paper's features could not be extracted."""
     failed_features = report.features is not None and report.features.failed
     return 1 if strict and (report.errors or failed_features) else 0
