@@ -3,9 +3,9 @@
     python benchmarks/report.py
 
 Every number in the section comes from a results file (retrieval.json, matrix.json, stair*.json, lit3r_retrieval.json,
-corank.json, read.json, reliability.json, scale.json, load*.json, llm.json); a file that does not exist yet leaves its
-part out. The section sits between the README markers below and is rewritten whole, so edit this script, never the
-section.
+corank.json, read.json, reliability.json, scale.json, ray_ingest.json, load*.json, llm.json); a file that does not
+exist yet leaves its part out. The section sits between the README markers below and is rewritten whole, so edit this
+script, never the section.
 """
 
 from __future__ import annotations
@@ -59,6 +59,7 @@ def render_results(results: Path, figures: Sequence[Figure]) -> str:
         _from_file(results / "read.json", read_section),
         _from_file(results / "reliability.json", reliability_section),
         _from_file(results / "scale.json", scale_section),
+        _from_file(results / "ray_ingest.json", ray_ingest_section),
         load_section(results),
         _from_file(results / "llm.json", llm_section),
         figures_section(figures),
@@ -395,7 +396,9 @@ def scale_section(data: dict[str, Any]) -> str:
     if data.get("sizes"):
         searches = [size["search"] for size in data["sizes"]]
         loads = " / ".join(f"{search['load_average_1min']:.0f}" for search in searches)
-        build_loads = " / ".join(f"{size['build'].get('load_average_1min', float('nan')):.0f}" for size in data["sizes"])
+        build_loads = " / ".join(
+            f"{size['build'].get('load_average_1min', float('nan')):.0f}" for size in data["sizes"]
+        )
         lines.append(
             f"Caps: {searches[0]['queries']} SciFact test claims searched per size (depth {searches[0]['depth']}), "
             f"{data['machine']['cpus']} CPUs at nice {data['machine']['nice']}, 1-minute load "
@@ -416,7 +419,8 @@ def scale_section(data: dict[str, Any]) -> str:
             markdown_table(header, [_backend_row(backends, method) for method in ("bm25", "dense", "hybrid")]),
             "",
             f"Backends: {backends['queries']} SciFact test claims, the same vectors in both stores (migrated in "
-            f"{backends['migrate_seconds']:.0f} s, no re-embedding); `{backends.get('command', 'python benchmarks/scale.py')}`.",
+            f"{backends['migrate_seconds']:.0f} s, no re-embedding); "
+            f"`{backends.get('command', 'python benchmarks/scale.py')}`.",
         ]
     commands = dict.fromkeys(
         part.get("command", "python benchmarks/scale.py") for size in data.get("sizes", []) for part in size.values()
@@ -465,6 +469,28 @@ def load_section(results: Path) -> str:
             "Source: `benchmarks/results/load*.json` ("
             + ", ".join(f"`{run['command']}`" for run in runs)
             + ").",
+        ]
+    )
+
+
+def ray_ingest_section(data: dict[str, Any]) -> str:
+    rows = [
+        [name, f"{part['ok']} / {part['failed']}", f"{part['chunks']:,}", f"{part['seconds']:.0f}"]
+        for name, part in ((name, data[name]) for name in ("local", "ray"))
+    ]
+    diff = data["diff"]
+    return "\n".join(
+        [
+            f"### Ray ingest against the local ingest ({data['pdfs']} LitQA2 PDFs, CPUs usable: {data['cpus_usable']})",
+            "",
+            markdown_table(["ingest", "PDFs ok / failed", "chunks", "seconds"], rows),
+            "",
+            f"Same store: **{data['same_store']}** ({diff['papers']} papers, {diff['chunks']:,} chunks with the same "
+            f"texts; largest vector difference {diff['max_vector_difference']:.1e}, tolerance "
+            f"{data['vector_tolerance']:.0e}; papers only local / only Ray / with different chunks: "
+            f"{len(diff['only_left'])} / {len(diff['only_right'])} / {len(diff['different_chunks'])}; same per-file "
+            f"outcomes: {data['same_outcomes']}). Ray's time includes starting the local Ray instance.",
+            f"Source: `benchmarks/results/ray_ingest.json` (`{data['command']}`).",
         ]
     )
 

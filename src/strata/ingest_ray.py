@@ -188,20 +188,14 @@ def _embed(papers: Sequence[Paper], settings: Settings) -> dict[tuple[str, int],
 
 def _extract_features(store: AnyStore, settings: Settings) -> ExtractionReport:
     """Features of every stored paper without current ones, extracted by LLM actors (each with `llm.n_threads`
-    CPUs, half a node's by default); documents are read here, as the workers may not see the store."""
+    CPUs, half a node's by default)."""
     import ray
 
     started = time.perf_counter()
-    texts, cache = PaperTexts(store), FeatureCache(features_path(settings))
+    cache = FeatureCache(features_path(settings))
     try:
         paper_ids = store.paper_ids()
-        hashes = {paper_id: texts.content_hash(paper_id) for paper_id in paper_ids}
-        todo = [
-            {"paper_id": pid, "content_hash": hashes[pid],
-             "document": texts.document(pid, settings.rerank.features_input_words)}
-            for pid in paper_ids
-            if cache.get(pid, hashes[pid]) is None
-        ]
+        todo = _feature_requests(PaperTexts(store), cache, paper_ids, settings.rerank.features_input_words)
         failed = []
         if todo:
             threads = min(settings.llm.n_threads or max(1, _cpus() // 2), _cpus())
@@ -220,6 +214,18 @@ def _extract_features(store: AnyStore, settings: Settings) -> ExtractionReport:
     return ExtractionReport(documents=len(paper_ids), extracted=len(todo) - len(failed),
                             cached=len(paper_ids) - len(todo), failed=sorted(failed),
                             seconds=time.perf_counter() - started)
+
+
+def _feature_requests(texts: PaperTexts, cache: FeatureCache, paper_ids: list[str], words: int) -> list[dict]:
+    """One row per paper without current features, its document text read here: workers may not see the store."""
+    requests = []
+    for paper_id in paper_ids:
+        content_hash = texts.content_hash(paper_id)
+        if cache.get(paper_id, content_hash) is None:
+            requests.append(
+                {"paper_id": paper_id, "content_hash": content_hash, "document": texts.document(paper_id, words)}
+            )
+    return requests
 
 
 def _cpus() -> int:

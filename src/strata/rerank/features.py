@@ -108,7 +108,8 @@ class FeatureCache:
     def put(self, paper_id: str, content_hash: str, model: str, stored: StoredFeatures) -> None:
         with self._db:
             self._db.execute(
-                "INSERT OR REPLACE INTO features VALUES (?, ?, ?, ?, ?, ?)", (paper_id, content_hash, model, *stored.packed())
+                "INSERT OR REPLACE INTO features VALUES (?, ?, ?, ?, ?, ?)",
+                (paper_id, content_hash, model, *stored.packed()),
             )
 
     def close(self) -> None:
