@@ -63,7 +63,7 @@ def main() -> None:
     results = {
         "pdfs": len(files),
         "cpus_usable": len(os.sched_getaffinity(0)),
-        "command": "python benchmarks/ray_ingest.py " + " ".join(sys.argv[1:]),
+        "command": " ".join(["python benchmarks/ray_ingest.py", *sys.argv[1:]]),
         "local": summary(local_report, local_s),
         "ray": summary(ray_report, ray_s),
         "same_outcomes": [(o.path, o.status) for o in local_report.files]

@@ -490,7 +490,7 @@ def ray_ingest_section(data: dict[str, Any]) -> str:
             f"{data['vector_tolerance']:.0e}; papers only local / only Ray / with different chunks: "
             f"{len(diff['only_left'])} / {len(diff['only_right'])} / {len(diff['different_chunks'])}; same per-file "
             f"outcomes: {data['same_outcomes']}). Ray's time includes starting the local Ray instance.",
-            f"Source: `benchmarks/results/ray_ingest.json` (`{data['command']}`).",
+            f"Source: `benchmarks/results/ray_ingest.json` (`{data['command'].strip()}`).",
         ]
     )
 

@@ -61,7 +61,8 @@ def load_run(method: str, p50: float, errors: int) -> dict:
 
 def scale_size(chunks: int, kind: str) -> dict:
     build = {"chunks": chunks, "dense_kind": kind, "build_seconds": chunks / 100, "store_seconds": 1.0,
-             "bm25_seconds": 2.0, "dense_seconds": 3.0, "peak_rss_mb": 500.0, "disk_mb": 300.0}
+             "bm25_seconds": 2.0, "dense_seconds": 3.0, "peak_rss_mb": 500.0, "source_rss_mb": 100.0, "disk_mb": 300.0,
+             "load_average_1min": 2.0, "command": f"python benchmarks/scale.py --sizes {chunks}"}
     search = {"queries": 100, "depth": 1000, "strata_p50_ms": 42.0, "strata_p95_ms": 60.0, "direct_p50_ms": 30.0,
               "direct_p95_ms": 50.0, "ratio_p50": 1.4, "ratio_p95": 1.2, "load_average_1min": 8.0}
     return {"build": build, "search": search}
@@ -86,9 +87,13 @@ def test_scale_load_and_reliability_results_are_rendered_with_extrapolation_mark
 
     text = load_report().render_results(tmp_path, [])
 
-    assert "| 100,000 | flat | 1,000 (store 1, BM25 2, vectors 3) | 500 | 300 | 42 / 60 | 30 / 50 | 1.40 / 1.20 |" \
-        in text
-    assert "| 2,500,000 (extrapolated, not measured) | hnsw | ~25,000 | ~8,000 | ~10,000 | - | - | - |" in text
+    # Growth per 1k chunks: 10 s and (500 - 100) MB over 100k chunks -> 10.00 s / 4.00 MB; over 500k -> 10.00 / 0.80.
+    assert "| 100,000 | flat | 1,000 (store 1, BM25 2, vectors 3) | 500 | 300 | 10.00 / 4.00 | 42 / 60 | 30 / 50 | " \
+        "1.40 / 1.20 |" in text
+    assert "| 500,000 | hnsw | 5,000 (store 1, BM25 2, vectors 3) | 500 | 300 | 10.00 / 0.80 |" in text
+    assert "| 2,500,000 (extrapolated, not measured) | hnsw | ~25,000 | ~8,000 | ~10,000 | - | - | - | - |" in text
+    (source,) = [line for line in text.splitlines() if line.startswith("Source: `benchmarks/results/scale.json`")]
+    assert "`python benchmarks/scale.py --sizes 100000`" in source and "--sizes 500000`" in source
     assert "| hybrid | 0.7000 | 0.7000 | +0.0000 | 100 / 100 |" in text
     assert "| bm25 | 50 | 100 | 2 | 3.3 | 200 | 400 | 600 |" in text and "| hybrid | 50 | 100 | 0 | 3.3 | 900 |" in text
     assert "| documents lost | 0 |" in text and "| hangs (past the per-file limit) | 1 |" in text
