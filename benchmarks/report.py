@@ -473,11 +473,12 @@ def load_section(results: Path) -> str:
     )
 
 
+def _ingest_row(name: str, run: dict[str, Any]) -> list[str]:
+    return [name, f"{run['ok']} / {run['failed']}", f"{run['chunks']:,}", f"{run['seconds']:.0f}"]
+
+
 def ray_ingest_section(data: dict[str, Any]) -> str:
-    rows = [
-        [name, f"{part['ok']} / {part['failed']}", f"{part['chunks']:,}", f"{part['seconds']:.0f}"]
-        for name, part in ((name, data[name]) for name in ("local", "ray"))
-    ]
+    rows = [_ingest_row(name, data[name]) for name in ("local", "ray")]
     diff = data["diff"]
     return "\n".join(
         [

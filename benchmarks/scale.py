@@ -332,7 +332,7 @@ def main() -> None:
         "nice": os.nice(0),
         "omp_threads": os.environ.get("OMP_NUM_THREADS", "unset"),
     }
-
+    command = " ".join(["python benchmarks/scale.py", *sys.argv[1:]])
     results["corpus"] = (
         "SciFact sentences recombined (4-8 per chunk, 93 chunks per paper, real titles); chunk vectors are normalised "
         "sums of the real MiniLM vectors of the sentences' source chunks, not embeddings of the chunk text"
@@ -343,7 +343,7 @@ def main() -> None:
             print(f"scale: {chunks:,} chunks", file=sys.stderr)
             entry = run_size(chunks, args.queries, args.search_only)
             for part in entry.values():  # build and search of one size may come from different runs
-                part["command"] = "python benchmarks/scale.py " + " ".join(sys.argv[1:])
+                part["command"] = command
             key = (chunks // CHUNKS_PER_PAPER) * CHUNKS_PER_PAPER
             by_size[key] = {**by_size[key], **entry} if args.search_only else entry
             results["sizes"] = sizes = [by_size[size] for size in sorted(by_size)]
@@ -353,7 +353,7 @@ def main() -> None:
             results["extrapolated"] = extrapolate(sizes, args.extrapolate_to)
     if not args.skip_backends:
         print("backends: SciFact on sqlite and postgres", file=sys.stderr)
-        results["backends"] = compare_backends() | {"command": "python benchmarks/scale.py " + " ".join(sys.argv[1:])}
+        results["backends"] = compare_backends() | {"command": command}
     RESULTS.mkdir(parents=True, exist_ok=True)
     output.write_text(json.dumps(results, indent=2))
     print(table(results))

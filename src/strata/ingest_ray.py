@@ -194,8 +194,13 @@ def _extract_features(store: AnyStore, settings: Settings) -> ExtractionReport:
     started = time.perf_counter()
     cache = FeatureCache(features_path(settings))
     try:
-        paper_ids = store.paper_ids()
-        todo = _feature_requests(PaperTexts(store), cache, paper_ids, settings.rerank.features_input_words)
+        paper_ids, texts = store.paper_ids(), PaperTexts(store)
+        words = settings.rerank.features_input_words
+        # Documents are read here: the workers may not see the store.
+        todo = [
+            {"paper_id": paper_id, "content_hash": content_hash, "document": texts.document(paper_id, words)}
+            for paper_id, content_hash in cache.stale(paper_ids, texts).items()
+        ]
         failed = []
         if todo:
             threads = min(settings.llm.n_threads or max(1, _cpus() // 2), _cpus())
@@ -211,21 +216,7 @@ def _extract_features(store: AnyStore, settings: Settings) -> ExtractionReport:
                 cache.put(row["paper_id"], row["content_hash"], row["model"], stored)
     finally:
         cache.close()
-    return ExtractionReport(documents=len(paper_ids), extracted=len(todo) - len(failed),
-                            cached=len(paper_ids) - len(todo), failed=sorted(failed),
-                            seconds=time.perf_counter() - started)
-
-
-def _feature_requests(texts: PaperTexts, cache: FeatureCache, paper_ids: list[str], words: int) -> list[dict]:
-    """One row per paper without current features, its document text read here: workers may not see the store."""
-    requests = []
-    for paper_id in paper_ids:
-        content_hash = texts.content_hash(paper_id)
-        if cache.get(paper_id, content_hash) is None:
-            requests.append(
-                {"paper_id": paper_id, "content_hash": content_hash, "document": texts.document(paper_id, words)}
-            )
-    return requests
+    return ExtractionReport.of_run(len(paper_ids), len(todo), sorted(failed), started)
 
 
 def _cpus() -> int:

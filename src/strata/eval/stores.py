@@ -3,6 +3,8 @@ the local ingest (tests and benchmarks/ray_ingest.py)."""
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 from pydantic import BaseModel, Field
 
@@ -28,11 +30,9 @@ class StoreDiff(BaseModel):
         )
 
 
-class _Snapshot(BaseModel):
-    model_config = {"arbitrary_types_allowed": True}
-
-    texts: dict[str, list[str]]
-    vectors: dict[tuple[str, int], np.ndarray]
+class _Snapshot(NamedTuple):
+    texts: dict[str, list[str]]  # paper id -> chunk texts in order
+    vectors: dict[tuple[str, int], np.ndarray]  # (paper id, ordinal) -> vector; empty without a dense index
 
 
 def compare_stores(left: Settings, right: Settings) -> StoreDiff:
@@ -65,4 +65,4 @@ def _snapshot(settings: Settings) -> _Snapshot:
             if vectors_of is not None:
                 vectors.update(((s.chunk.paper_id, s.chunk.ordinal), row) for s, row in zip(batch, vectors_of(batch)))
             after = batch[-1].rowid
-    return _Snapshot(texts=texts, vectors=vectors)
+    return _Snapshot(texts, vectors)

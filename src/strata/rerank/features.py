@@ -78,6 +78,17 @@ class ExtractionReport(BaseModel):
     failed: list[str] = Field(default_factory=list, description="Documents whose extraction gave no usable answer")
     seconds: float = 0.0
 
+    @classmethod
+    def of_run(cls, documents: int, attempted: int, failed: list[str], started: float) -> ExtractionReport:
+        """The report of a run that sent `attempted` of `documents` to the LLM, begun at perf_counter() `started`."""
+        return cls(
+            documents=documents,
+            extracted=attempted - len(failed),
+            cached=documents - attempted,
+            failed=failed,
+            seconds=time.perf_counter() - started,
+        )
+
     def summary(self) -> str:
         return (
             f"features: {self.documents} documents: {self.extracted} extracted, {self.cached} cached, "
@@ -104,6 +115,16 @@ class FeatureCache:
             (paper_id, content_hash),
         ).fetchone()
         return None if row is None else StoredFeatures.unpacked(*row)
+
+    def stale(self, paper_ids: Iterable[str], texts: PaperTexts) -> dict[str, str]:
+        """Current content hash of each paper (once, in the given order) without cached features for that content:
+        what an extraction run sends to the LLM."""
+        hashes = {paper_id: texts.content_hash(paper_id) for paper_id in dict.fromkeys(paper_ids)}
+        return {paper_id: digest for paper_id, digest in hashes.items() if not self._has(paper_id, digest)}
+
+    def _has(self, paper_id: str, content_hash: str) -> bool:
+        query = "SELECT 1 FROM features WHERE paper_id = ? AND content_hash = ?"
+        return self._db.execute(query, (paper_id, content_hash)).fetchone() is not None
 
     def put(self, paper_id: str, content_hash: str, model: str, stored: StoredFeatures) -> None:
         with self._db:
@@ -145,20 +166,9 @@ class CompactFeatures:
         """Extract features for every paper without current cached ones (at most once per content hash)."""
         started = time.perf_counter()
         ids = list(dict.fromkeys(paper_ids))
-        attempted, failed = 0, []
-        for paper_id in ids:
-            if self.cache.get(paper_id, self.texts.content_hash(paper_id)) is not None:
-                continue
-            attempted += 1
-            if self._extract(paper_id) is None:
-                failed.append(paper_id)
-        return ExtractionReport(
-            documents=len(ids),
-            extracted=attempted - len(failed),
-            cached=len(ids) - attempted,
-            failed=failed,
-            seconds=time.perf_counter() - started,
-        )
+        todo = self.cache.stale(ids, self.texts)
+        failed = [paper_id for paper_id in todo if self._extract(paper_id) is None]
+        return ExtractionReport.of_run(len(ids), len(todo), failed, started)
 
     def _extract(self, paper_id: str) -> StoredFeatures | None:
         if self.client is None:
