@@ -15,10 +15,11 @@ import json
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 from strata.eval.matrix import MatrixResult
 from strata.eval.plots import ALL_SCOPE, TOC_FILES, Figure, make_figures
+from strata.toc.finetune import Mode
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -164,6 +165,12 @@ def toc_experiment(experiment: dict[str, Any], source: str) -> str:
     lines = [f"### ToC retrieval: {experiment.get('title', source)}", "", markdown_table(header, rows), ""]
     if experiment.get("sample"):
         lines.append(f"Questions: {experiment['sample']}.")
+    fine_tuned = [mode for mode in get_args(Mode) if mode in experiment["methods"]]
+    if fine_tuned:
+        lines.append(
+            f"{', '.join(fine_tuned)}: rankings decode through the trie of leaves, so they cannot hallucinate; "
+            "their hallucination column is the same adapter's free generation."
+        )
     if experiment.get("partial"):
         lines.append("Partial: the run stopped before every sampled question was answered.")
     if experiment.get("train_budget_s_per_adapter"):

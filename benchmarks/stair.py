@@ -43,7 +43,11 @@ GPU_FOLDER = REPO / ".stair_gpu"
 SEED = 20261130
 PERMUTATIONS = 10_000
 K = 3
-SMALL_BOOK = ("psychology-2e", ("Psychological Research", "Biopsychology", "States of Consciousness"))
+# A small book per book: the three chapters after its introductory one (a ToC one CPU core can train on).
+SMALL_BOOKS = {
+    "psychology-2e": ("Psychological Research", "Biopsychology", "States of Consciousness"),
+    "introduction-sociology-3e": ("Sociological Research", "Culture", "Society and Social Interaction"),
+}
 PART_BYTES = 48 * 1024 * 1024  # SmolLM2-135M (94 MB) in two parts, each call under the 64 MiB limit
 # Not in the device image (KINDS.md): strata's typed models and the GGUF reader transformers needs.
 GPU_WHEELS = (
@@ -116,12 +120,26 @@ def llm_sample(queries, size: int):
 def score(method: str, scope: str, queries, rankings, tag: str):
     from strata.eval.toc import score_rankings, summarise
 
-    result = summarise(method, scope, score_rankings(queries, rankings))
+    return record(summarise(method, scope, score_rankings(queries, rankings)), tag)
+
+
+def record(result, tag: str):
+    """The per-query file of a method's result (what strata.eval.compare reads), logged."""
     PER_QUERY.mkdir(parents=True, exist_ok=True)
-    path = PER_QUERY / f"{tag}-{scope}-{method}.json"
+    path = PER_QUERY / f"{tag}-{result.scope}-{result.method}.json"
     path.write_text(result.model_dump_json(indent=1))
-    log(f"{tag} {scope} {method}: " + ", ".join(f"{k} {v:.3f}" for k, v in result.metrics.items()))
+    log(f"{tag} {result.scope} {result.method}: " + ", ".join(f"{k} {v:.3f}" for k, v in result.metrics.items()))
     return result, path
+
+
+def cell(result, path: Path) -> dict:
+    return {
+        "queries": result.queries,
+        "metrics": result.metrics,
+        "latency_ms_mean": result.latency_ms_mean,
+        "latency_ms_p50": result.latency_ms_p50,
+        "per_query_file": str(path.relative_to(REPO)),
+    }
 
 
 def by_scope(method: str, queries, rankings, tag: str) -> dict:
@@ -129,14 +147,7 @@ def by_scope(method: str, queries, rankings, tag: str) -> dict:
     entry = {}
     for scope in ("all", *sorted({q.book for q in queries})):
         chosen = [i for i, q in enumerate(queries) if scope in ("all", q.book)]
-        result, path = score(method, scope, [queries[i] for i in chosen], [rankings[i] for i in chosen], tag)
-        entry[scope] = {
-            "queries": result.queries,
-            "metrics": result.metrics,
-            "latency_ms_mean": result.latency_ms_mean,
-            "latency_ms_p50": result.latency_ms_p50,
-            "per_query_file": str(path.relative_to(REPO)),
-        }
+        entry[scope] = cell(*score(method, scope, [queries[i] for i in chosen], [rankings[i] for i in chosen], tag))
     return entry
 
 
@@ -226,22 +237,29 @@ def run_cpu(args: argparse.Namespace) -> None:
             "zero_shot_llm",
         )
         write_results("stair-cpu.json", {**header, **measured})
+    small_names = args.small_books.split(",")
     if "zero-shot-small" in parts:
-        paper, chapter_queries = chapter_subset(*books[SMALL_BOOK[0]], SMALL_BOOK[1])
-        chosen = llm_sample(llm_sample(chapter_queries, CPU_SMALL_TEST_SAMPLE), args.llm_sample)
+        sets = []
+        for name in small_names:
+            paper, _, chosen = small_test_set(books, name)
+            sets.append((document_toc(paper), llm_sample(chosen, args.llm_sample)))
         measured["zero_shot_llm_small_book"] = zero_shot_llm(
-            [(document_toc(paper), chosen)],
+            sets,
             settings,
-            f"Zero-shot LLM ({settings.llm.model}, llama.cpp) on the small book: {SMALL_BOOK[0]}, chapters "
-            f"{', '.join(SMALL_BOOK[1])} (CPU)",
-            f"{len(chosen)} of the small book's {CPU_SMALL_TEST_SAMPLE} test questions (random.Random({SEED}).sample "
-            "of them, file order)",
+            f"Zero-shot LLM ({settings.llm.model}, llama.cpp) on the small books: {small_titles(small_names)} (CPU)",
+            f"{args.llm_sample} of each small book's {CPU_SMALL_TEST_SAMPLE} test questions "
+            f"(random.Random({SEED}).sample of them, file order)",
             "small-sample",
             "zero_shot_llm_small_book",
         )
         write_results("stair-cpu.json", {**header, **measured})
     if "small" in parts:
-        measured["small_book"] = small_book(books, settings, args.train_budget_s, small_overrides(args))
+        for name in small_names:
+            measured[f"small_{name}"] = small_book(books, name, settings, args.train_budget_s, small_overrides(args))
+            write_results("stair-cpu.json", {**header, **measured})
+    overall = small_books_overall()
+    if overall:
+        measured["small_books_overall"] = overall
         write_results("stair-cpu.json", {**header, **measured})
     for part in measured.values():
         print("\n" + table(part["title"], part["methods"]))
@@ -330,7 +348,17 @@ def small_overrides(args: argparse.Namespace) -> dict:
     return CPU_SMALL_SETTINGS | {name: value for name, value in given.items() if value is not None}
 
 
-def small_book(books: dict, settings, train_budget_s: float, overrides: dict) -> dict:
+def small_titles(names: list[str]) -> str:
+    return "; ".join(f"{name}, chapters {', '.join(SMALL_BOOKS[name])}" for name in names)
+
+
+def small_test_set(books: dict, name: str):
+    """A small book, its chapters' questions, and the CPU_SMALL_TEST_SAMPLE of them every method is tested on."""
+    paper, chapter_queries = chapter_subset(*books[name], SMALL_BOOKS[name])
+    return paper, chapter_queries, llm_sample(chapter_queries, CPU_SMALL_TEST_SAMPLE)
+
+
+def small_book(books: dict, name: str, settings, train_budget_s: float, overrides: dict) -> dict:
     from strata.config import Settings
     from strata.llm import make_client
     from strata.toc.baselines import LeafBM25, LeafDense
@@ -339,9 +367,8 @@ def small_book(books: dict, settings, train_budget_s: float, overrides: dict) ->
     from strata.toc.synthetic import QuestionCache, cached_questions, generate_questions
     from strata.toc.tree import document_toc
 
-    name, chapters = SMALL_BOOK
-    paper, all_queries = chapter_subset(*books[name], chapters)
-    queries = llm_sample(all_queries, CPU_SMALL_TEST_SAMPLE)
+    paper, all_queries, queries = small_test_set(books, name)
+    tag = f"small-{name}"
     toc = document_toc(paper)
     small_settings = Settings.load(overrides=overrides)
     started = time.perf_counter()
@@ -368,14 +395,14 @@ def small_book(books: dict, settings, train_budget_s: float, overrides: dict) ->
     )
     runs = run_job(job, small_settings.toc.train_model, settings.llm.model_dir, "cpu", None, log, train_budget_s)
     methods = {
-        "bm25": by_scope("bm25", queries, [LeafBM25(toc).rank(q.question, K) for q in queries], "small"),
+        "bm25": by_scope("bm25", queries, [LeafBM25(toc).rank(q.question, K) for q in queries], tag),
     }
     dense = LeafDense(toc, settings.index.embedding)
-    methods["dense"] = by_scope("dense", queries, [dense.rank(q.question, K) for q in queries], "small")
+    methods["dense"] = by_scope("dense", queries, [dense.rank(q.question, K) for q in queries], tag)
     for run in runs.runs:
-        methods[run.method] = by_scope(run.method, queries, [run.rankings[q.query_id] for q in queries], "small")
+        methods[run.method] = by_scope(run.method, queries, [run.rankings[q.query_id] for q in queries], tag)
     return {
-        "title": f"Small book: {name}, chapters {', '.join(chapters)} ({len(toc.leaves())} leaves), CPU",
+        "title": f"Small book: {small_titles([name])} ({len(toc.leaves())} leaves), CPU",
         "leaves": len(toc.leaves()),
         "questions_test": len(queries),
         "sample": f"{len(queries)} of the {len(all_queries)} questions of these chapters, "
@@ -392,6 +419,34 @@ def small_book(books: dict, settings, train_budget_s: float, overrides: dict) ->
         "train_budget_s_per_adapter": train_budget_s,
         "model_load_seconds": runs.model_load_seconds,
         "training": [report.model_dump() for report in runs.train],
+        "methods": methods,
+        "comparisons": paired_tests(methods, "stair"),
+    }
+
+
+def small_books_overall() -> dict | None:
+    """Every method of the small-book parts over their questions together (from the per-query files those parts
+    wrote, so each book can be trained by a separate run), with the paired tests on the pooled questions."""
+    from strata.eval.toc import TocMethodResult, summarise
+
+    path = RESULTS / "stair-cpu.json"
+    written = json.loads(path.read_text()) if path.is_file() else {}
+    parts = {name: written[f"small_{name}"] for name in SMALL_BOOKS if f"small_{name}" in written}
+    if len(parts) < 2:
+        return None
+    shared = [m for m in next(iter(parts.values()))["methods"] if all(m in p["methods"] for p in parts.values())]
+    methods = {}
+    for method in shared:
+        files = [REPO / part["methods"][method]["all"]["per_query_file"] for part in parts.values()]
+        per_query = [row for file in files for row in TocMethodResult.model_validate_json(file.read_text()).per_query]
+        pooled = cell(*record(summarise(method, "all", per_query), "small-books"))
+        methods[method] = {"all": pooled, **{name: part["methods"][method][name] for name, part in parts.items()}}
+    for method, entry in written.get("zero_shot_llm_small_book", {}).get("methods", {}).items():
+        if all(entry.get(name, {}).get("queries") == part["questions_test"] for name, part in parts.items()):
+            methods[method] = entry  # asked every test question of every small book (--llm-sample 60)
+    return {
+        "title": "Small books together: " + ", ".join(parts) + " (each trained on its own ToC), CPU",
+        "sample": "; ".join(f"{name}: {part['sample']}" for name, part in parts.items()),
         "methods": methods,
         "comparisons": paired_tests(methods, "stair"),
     }
@@ -521,6 +576,9 @@ def main() -> None:
     commands = parser.add_subparsers(dest="command", required=True)
     cpu = commands.add_parser("cpu")
     cpu.add_argument("--parts", default="full,zero-shot,small", help="also: zero-shot-small (LLM on the small book)")
+    cpu.add_argument(
+        "--small-books", default=",".join(SMALL_BOOKS), help="books whose small book the small parts run, in order"
+    )
     cpu.add_argument("--llm-sample", type=int, default=100, help="questions per book for the zero-shot LLM")
     cpu.add_argument("--train-budget-s", type=float, default=CPU_TRAIN_BUDGET_S, help="wall seconds per adapter")
     cpu.add_argument("--max-steps", type=int, help=f"toc.max_steps (default {CPU_SMALL_SETTINGS['toc.max_steps']})")

@@ -50,6 +50,7 @@ def test_every_stair_part_is_rendered_with_training_and_the_randomization_test(t
         "seed 7)" in text
     assert "Questions: 60 of 120." in text and "600 wall seconds per adapter" in text
     assert "Partial: the run stopped" in text
+    assert text.count("stair: rankings decode through the trie of leaves") == 1  # only the part with a fine-tuned method
 
 
 def load_run(method: str, p50: float, errors: int) -> dict:
