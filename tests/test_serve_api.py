@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+from contextlib import closing
 from pathlib import Path
 from urllib.parse import quote
 
@@ -162,3 +163,22 @@ def test_the_default_ask_opens_the_read_pipeline_once_and_closes_it_with_the_ser
     assert opened == ["open"]
     service.close()
     assert opened == ["open", "closed"]
+
+
+def test_search_applies_rerank_method_unless_it_needs_the_llm(tmp_path_factory, shared_data: Path) -> None:
+    from strata.index.embedder import resolve_model_path
+    from strata.rerank.crossencoder import BASE_MODEL
+    from strata.serve.service import CorpusService
+
+    home = build_corpus(tmp_path_factory.getbasetemp(), shared_data)
+    query = "KCNJ11 loss-of-function mutation sulfonylurea diabetes"
+    # An untrained head on the packaged MiniLM: the order may change, the papers may not.
+    cross_encoder = corpus_settings(home, **{"rerank.method": "cross-encoder",
+                                             "rerank.cross_encoder_model": str(resolve_model_path(BASE_MODEL))})
+    with closing(CorpusService(cross_encoder)) as service:
+        first_stage = service.searcher.search(query, k=3)
+        reranked = service.search(query, 3)
+    assert reranked.method == f"{first_stage.method}>cross-encoder"
+    assert sorted(reranked.paper_ids) == sorted(first_stage.paper_ids) and len(reranked.paper_ids) >= 2
+    with closing(CorpusService(corpus_settings(home, **{"rerank.method": "corank"}))) as service:
+        assert service.search(query, 3).method == first_stage.method  # no LLM held per search: first-stage order

@@ -129,7 +129,8 @@ def _api(service: CorpusService) -> APIRouter:
         method: Method = "hybrid",
         prf: bool | None = None,
     ) -> Ranking:
-        """Hybrid (BM25 + dense) search: papers best first, each with its best chunks and their locators."""
+        """Hybrid (BM25 + dense) search: papers best first, each with its best chunks and their locators; reordered by
+        `rerank.method` when that needs no LLM (the cross-encoder)."""
         return service.search(q, k, method, prf)
 
     @api.get("/papers/{paper_id}", tags=["corpus"])

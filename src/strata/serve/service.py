@@ -20,6 +20,8 @@ from strata.documents.model import Locator, Paper, Ranking, Section
 from strata.index import CorpusIndex
 from strata.ingest import IngestReport
 from strata.read.model import AnswerFormat, AskResult, StageEvent
+from strata.rerank.base import FirstStage, Reranker
+from strata.rerank.factory import LLM_METHODS, make_reranker
 from strata.retrieve.hybrid import HybridSearcher, Method
 from strata.store import open_store
 from strata.store.sqlite import CorpusStats
@@ -154,6 +156,7 @@ class CorpusService:
         self._ask_fn = ask_fn
         self._store = open_store(settings)
         self.searcher = self._open_searcher()
+        self.reranker = self._search_reranker()
         # The embedded LLM serves one caller at a time; asks and ToC questions queue for a slot.
         self._llm_slots = threading.BoundedSemaphore(settings.serve.concurrent_asks)
         self._ingest_lock = threading.Lock()
@@ -165,6 +168,14 @@ class CorpusService:
 
     def _open_searcher(self) -> HybridSearcher:
         return HybridSearcher(self._store, CorpusIndex(self._store, self.settings), self.settings.search)
+
+    def _search_reranker(self) -> Reranker:
+        """`rerank.method` for searches when it needs no LLM (the cross-encoder). A listwise LLM reranker would hold the
+        one LLM slot for seconds per search, so searches keep the first-stage order then (the ranking's `method` says
+        so) and answers apply it."""
+        if self.settings.rerank.method in LLM_METHODS:
+            return FirstStage()
+        return make_reranker(self.settings, self._store)
 
     def warm_up(self) -> None:
         """Load the indices and the query encoder now, so that the first request does not wait for them."""
@@ -178,10 +189,11 @@ class CorpusService:
     def search(self, query: str, k: int | None = None, method: Method = "hybrid", prf: bool | None = None) -> Ranking:
         self.check_query(query)
         try:
-            return self.searcher.search(query, k=min(k or self.settings.search.k, self.limits.max_k), method=method,
-                                        prf=prf)
+            ranking = self.searcher.search(query, k=min(k or self.settings.search.k, self.limits.max_k),
+                                           method=method, prf=prf)
         except ValueError as error:  # e.g. dense search on a BM25-only corpus
             raise ServiceError(str(error)) from error
+        return self.reranker.rank(query, ranking)
 
     def paper(self, paper_id: str) -> PaperView:
         paper = self._get_paper(paper_id)
