@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import shutil
+import threading
+import time
 from contextlib import closing
 from pathlib import Path
 from urllib.parse import quote
@@ -12,6 +14,7 @@ import pytest
 from serve_support import PDFS, QUESTION, UPLOAD_PDF, build_corpus, corpus_settings, fake_ask, sse_events
 
 from strata.documents.model import Locator
+from strata.read.model import StageEvent
 from strata.serve.app import background_server, create_app
 from strata.store import open_store
 
@@ -182,3 +185,24 @@ def test_search_applies_rerank_method_unless_it_needs_the_llm(tmp_path_factory, 
     assert sorted(reranked.paper_ids) == sorted(first_stage.paper_ids) and len(reranked.paper_ids) >= 2
     with closing(CorpusService(corpus_settings(home, **{"rerank.method": "corank"}))) as service:
         assert service.search(query, 3).method == first_stage.method  # no LLM held per search: first-stage order
+
+
+def test_an_abandoned_ask_stops_at_its_next_stage_instead_of_running_on(tmp_path_factory, shared_data: Path) -> None:
+    stages, stopped = [], threading.Event()
+
+    def slow_ask(question, settings, *, options=None, answer_format="text", on_event=None):
+        try:
+            for step in range(300):  # 30 s if nothing stops it
+                on_event(StageEvent(stage="read", status="started", detail=f"paper {step}", elapsed_s=0.0))
+                stages.append(step)
+                time.sleep(0.1)
+        finally:
+            stopped.set()
+        return fake_ask(question, settings, options=options, answer_format=answer_format)
+
+    settings = corpus_settings(build_corpus(tmp_path_factory.getbasetemp(), shared_data))
+    with background_server(create_app(settings, ask_fn=slow_ask)) as url, httpx.Client(base_url=url) as client:
+        with client.stream("POST", "/ask", json={"question": QUESTION}) as response:
+            assert next(response.iter_lines()).startswith("event: stage")  # the worker is running
+        assert stopped.wait(10)
+    assert 1 <= len(stages) < 100

@@ -186,12 +186,22 @@ def _api(service: CorpusService) -> APIRouter:
     return api
 
 
+class AskCancelled(Exception):
+    """The client of an /ask stream went away: raised into the worker at its next stage event."""
+
+
 async def _ask_events(service: CorpusService, request: AskRequest) -> AsyncIterator[ServerSentEvent]:
-    """Run the question in a worker thread and relay its StageEvents, then its AskResult, as they happen."""
+    """Run the question in a worker thread and relay its StageEvents, then its AskResult, as they happen.
+
+    When the client disconnects, the worker stops at its next stage event (a thread cannot be interrupted mid-call),
+    so an abandoned question frees its LLM slot instead of running to the end."""
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue[StageEvent | AskResult | AskError] = asyncio.Queue()
+    abandoned = threading.Event()
 
     def on_event(event: StageEvent) -> None:
+        if abandoned.is_set():
+            raise AskCancelled(f"the client of {request.question!r} went away")
         loop.call_soon_threadsafe(queue.put_nowait, event)
 
     def answer() -> AskResult | AskError:
@@ -199,19 +209,25 @@ async def _ask_events(service: CorpusService, request: AskRequest) -> AsyncItera
             return service.ask(request.question, request.options, request.format, on_event)
         except ServiceError as error:
             return AskError(detail=str(error))
+        except AskCancelled as cancelled:
+            logger.info("%s: stopped", cancelled)
+            return AskError(detail=str(cancelled))
         except Exception as error:  # the stream is open: report the failure as an event, log the traceback
             logger.exception("answering %r failed", request.question)
             return AskError(detail=f"answering failed: {type(error).__name__}: {error}")
 
     worker = loop.run_in_executor(None, answer)
     worker.add_done_callback(lambda done: queue.put_nowait(done.result()))
-    while True:
-        item = await queue.get()
-        if isinstance(item, StageEvent):
-            yield ServerSentEvent(data=item.model_dump_json(), event="stage")
-            continue
-        yield ServerSentEvent(data=item.model_dump_json(), event="result" if isinstance(item, AskResult) else "error")
-        return
+    try:
+        while True:
+            item = await queue.get()
+            if isinstance(item, StageEvent):
+                yield ServerSentEvent(data=item.model_dump_json(), event="stage")
+                continue
+            yield ServerSentEvent(data=item.model_dump_json(), event="result" if isinstance(item, AskResult) else "error")
+            return
+    finally:  # also when the client disconnects: the generator is closed or cancelled at its await
+        abandoned.set()
 
 
 def is_loopback(host: str) -> bool:
