@@ -70,6 +70,7 @@ CPU_SMALL_SETTINGS = {
 # per process) max_steps alone could take hours and each fine-tuned method ranks a question in several seconds.
 CPU_TRAIN_BUDGET_S = 600.0
 CPU_SMALL_TEST_SAMPLE = 60
+CPU_PARTS = ("full", "zero-shot", "zero-shot-small", "small", "overall")
 CHECKPOINT_EVERY = 5  # zero-shot LLM questions between partial writes of the results
 # Sized for one device call (at most 600 s): two adapters of --budget-s each plus generation and ranking.
 GPU_SETTINGS = {
@@ -212,6 +213,8 @@ def run_cpu(args: argparse.Namespace) -> None:
     from strata.toc.tree import document_toc
 
     parts = set(args.parts.split(","))
+    if parts - set(CPU_PARTS):
+        raise SystemExit(f"unknown parts {sorted(parts - set(CPU_PARTS))}; choose from {', '.join(CPU_PARTS)}")
     settings = Settings.load()
     header = {
         "dataset": "openstax-toc-qa: psychology-2e, introduction-sociology-3e; test = all author-written questions",
@@ -257,7 +260,7 @@ def run_cpu(args: argparse.Namespace) -> None:
         for name in small_names:
             measured[f"small_{name}"] = small_book(books, name, settings, args.train_budget_s, small_overrides(args))
             write_results("stair-cpu.json", {**header, **measured})
-    overall = small_books_overall()
+    overall = small_books_overall() if parts & {"small", "overall"} else None
     if overall:
         measured["small_books_overall"] = overall
         write_results("stair-cpu.json", {**header, **measured})
@@ -441,11 +444,18 @@ def small_books_overall() -> dict | None:
         per_query = [row for file in files for row in TocMethodResult.model_validate_json(file.read_text()).per_query]
         pooled = cell(*record(summarise(method, "all", per_query), "small-books"))
         methods[method] = {"all": pooled, **{name: part["methods"][method][name] for name, part in parts.items()}}
-    for method, entry in written.get("zero_shot_llm_small_book", {}).get("methods", {}).items():
-        if all(entry.get(name, {}).get("queries") == part["questions_test"] for name, part in parts.items()):
-            methods[method] = entry  # asked every test question of every small book (--llm-sample 60)
+    pooled_from = [f"small_{name}" for name in parts]
+    zero_shot = written.get("zero_shot_llm_small_book", {}).get("methods", {})
+    if zero_shot and all(  # it asked every test question of every small book (--llm-sample 60)
+        entry.get(name, {}).get("queries") == part["questions_test"]
+        for entry in zero_shot.values()
+        for name, part in parts.items()
+    ):
+        methods.update(zero_shot)
+        pooled_from.append("zero_shot_llm_small_book")
     return {
         "title": "Small books together: " + ", ".join(parts) + " (each trained on its own ToC), CPU",
+        "pooled_from": pooled_from,
         "sample": "; ".join(f"{name}: {part['sample']}" for name, part in parts.items()),
         "methods": methods,
         "comparisons": paired_tests(methods, "stair"),
@@ -575,7 +585,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
     cpu = commands.add_parser("cpu")
-    cpu.add_argument("--parts", default="full,zero-shot,small", help="also: zero-shot-small (LLM on the small book)")
+    cpu.add_argument(
+        "--parts",
+        default="full,zero-shot,small",
+        help=f"comma-separated, of {', '.join(CPU_PARTS)} (zero-shot-small: the LLM on the small books; overall: "
+        "pool the small books' results again, which 'small' also does)",
+    )
     cpu.add_argument(
         "--small-books", default=",".join(SMALL_BOOKS), help="books whose small book the small parts run, in order"
     )

@@ -33,6 +33,9 @@ def test_toc_scores_come_from_the_method_tables_of_stair_results() -> None:
         "full_books: bm25": {"all": 0.5, "psych": 0.25, "socio": 0.75}, "small_book: stair": {"psych": 1.0},
     }
     assert toc_scores_by_book({"methods": {"dsi": {"all": cell(0.1)}}}, "stair-gpu") == {"stair-gpu: dsi": {"all": 0.1}}
+    # One small book's run is drawn once, inside the experiment that pools it with the other book.
+    cpu["both"] = {"pooled_from": ["small_book"], "methods": {"stair": {"psych": cell(1.0), "socio": cell(0.0)}}}
+    assert list(toc_scores_by_book(cpu, "stair-cpu")) == ["full_books: bm25", "both: stair"]
 
 
 def test_figures_are_skipped_with_a_reason_when_their_inputs_are_missing(tmp_path: Path) -> None:

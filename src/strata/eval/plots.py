@@ -154,23 +154,29 @@ def plot_toc_by_book(scores: dict[str, dict[str, float]], path: Path) -> Figure:
     shown = {label: by_scope for label, by_scope in scores.items() if set(by_scope) - {ALL_SCOPE}}
     width = 0.8 / len(shown)
     figure, axes = plt.subplots(figsize=(6.4 + 0.4 * len(shown), 4.2))
+    palette = plt.get_cmap("tab20")  # up to 20 series without a repeated colour
     for index, (label, by_scope) in enumerate(shown.items()):
         positions = [book_index + index * width for book_index in range(len(books))]
-        axes.bar(positions, [by_scope.get(book, 0.0) for book in books], width=width, label=label)
+        axes.bar(positions, [by_scope.get(book, 0.0) for book in books], width=width, label=label,
+                 color=palette(index % palette.N))
     axes.set_xticks([i + 0.4 - width / 2 for i in range(len(books))], books)
     axes.set(ylabel=f"ToC {TOC_METRIC}", ylim=(0, 1), title=f"ToC retrieval {TOC_METRIC} per book")
-    axes.legend(fontsize="x-small")
+    axes.legend(fontsize="x-small", loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the bars, not over them
     _save(figure, path)
     return Figure(name="ToC R@1 by book", path=path, note=f"{len(shown)} methods over {len(books)} books")
 
 
 def _method_tables(data: Any, name: str) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(experiment, methods) of a results file. An experiment that another one pools (named in its `pooled_from`,
+    e.g. one small book inside the small books together) is left out: its rows are already in the pooled one."""
     if isinstance(data, dict):
         if isinstance(data.get("methods"), dict):
             yield name, data["methods"]
             return
+        pooled = {source for value in data.values() if isinstance(value, dict) for source in value.get("pooled_from", [])}
         for key, value in data.items():
-            yield from _method_tables(value, str(key))
+            if key not in pooled:
+                yield from _method_tables(value, str(key))
 
 
 # cost against quality
