@@ -173,7 +173,8 @@ def _method_tables(data: Any, name: str) -> Iterator[tuple[str, dict[str, Any]]]
         if isinstance(data.get("methods"), dict):
             yield name, data["methods"]
             return
-        pooled = {source for value in data.values() if isinstance(value, dict) for source in value.get("pooled_from", [])}
+        experiments = [value for value in data.values() if isinstance(value, dict)]
+        pooled = {source for experiment in experiments for source in experiment.get("pooled_from", [])}
         for key, value in data.items():
             if key not in pooled:
                 yield from _method_tables(value, str(key))

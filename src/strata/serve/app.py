@@ -224,7 +224,8 @@ async def _ask_events(service: CorpusService, request: AskRequest) -> AsyncItera
             if isinstance(item, StageEvent):
                 yield ServerSentEvent(data=item.model_dump_json(), event="stage")
                 continue
-            yield ServerSentEvent(data=item.model_dump_json(), event="result" if isinstance(item, AskResult) else "error")
+            name = "result" if isinstance(item, AskResult) else "error"
+            yield ServerSentEvent(data=item.model_dump_json(), event=name)
             return
     finally:  # also when the client disconnects: the generator is closed or cancelled at its await
         abandoned.set()
