@@ -77,3 +77,23 @@ def test_a_document_without_an_outline_is_answered_from_an_induced_toc(settings)
 def test_an_unknown_document_is_a_clear_error(settings):
     with open_store(settings) as store, pytest.raises(KeyError, match="no document with id or title 'Nope'"):
         resolve_document(store, "Nope")
+
+
+def test_strata_train_toc_saves_the_adapter_that_strata_toc_then_answers_with(tmp_path, capsys):
+    from strata import cli
+
+    flags = {"store.home": str(tmp_path / "home"), "index.dense": "false", "llm.model": "packaged:smollm2-135m",
+             "llm.cache": "false", "toc.context_tokens": "2048", "toc.questions_per_leaf": "2",
+             "toc.batch_size": "2", "toc.max_steps": "2", "toc.eval_every_steps": "2", "toc.threads": "1",
+             "toc.question_cache": str(tmp_path / "questions")}
+    settings = Settings.load(overrides=flags)
+    assert not ingest([write_book(tmp_path / "book")], settings).errors
+    argv = [item for name, value in flags.items() for item in (f"--{name}", value)]
+    assert cli.main(["train-toc", "Tiny Psychology", *argv]) == 0
+    assert "STAIR adapter saved to" in capsys.readouterr().out
+    assert (tmp_path / "home" / "toc" / "adapters" / "tiny-psychology" / "stair").is_dir()
+
+    answer = run_toc_query(settings, "Tiny Psychology", "Why do we forget things?", k=2)
+    assert answer.method == "stair-adapter" and len(answer.hits) == 2
+    leaves = {(chapter, title) for chapter, modules in CHAPTERS.items() for title in modules}
+    assert all(tuple(hit.path) in leaves for hit in answer.hits)

@@ -341,6 +341,19 @@ def cmd_train_reranker(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def cmd_train_toc(args: argparse.Namespace, settings: Settings) -> int:
+    from strata.toc.query import train_toc_adapter
+
+    report, folder = train_toc_adapter(settings, args.document, log=lambda line: print(line, file=sys.stderr))
+    if args.json:
+        _print_json(report)
+    else:
+        print(f"STAIR adapter saved to {folder}: {report.train_examples} synthetic questions, {report.steps} steps "
+              f"in {report.seconds:.0f}s on {report.device}, best dev R@1 {report.best_dev_r1:.3f} at step "
+              f"{report.best_step}; `strata toc` answers with it from now on")
+    return 0
+
+
 # parser
 
 
@@ -385,6 +398,9 @@ def build_parser() -> argparse.ArgumentParser:
     toc_cmd.add_argument("document", help="id of an ingested paper or book")
     toc_cmd.add_argument("question")
     toc_cmd.add_argument("--k", type=int, help="leaves to return (default: toc settings)")
+
+    train_toc_cmd = command("train-toc", cmd_train_toc, "fine-tune the STAIR adapter `strata toc` answers with")
+    train_toc_cmd.add_argument("document", help="id or title of an ingested paper or book")
 
     ask_cmd = command("ask", cmd_ask, "answer a question from the corpus with numbered, validated citations")
     ask_cmd.add_argument("question")

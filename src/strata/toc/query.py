@@ -87,9 +87,12 @@ def run_toc_query(settings: Settings, document: str, question: str, k: int | Non
     )
 
 
-def train_toc_adapter(settings: Settings, document: str, log: Callable[[str], None] = print) -> TrainReport:
+def train_toc_adapter(
+    settings: Settings, document: str, log: Callable[[str], None] = print
+) -> tuple[TrainReport, Path]:
     """Train and save `document`'s STAIR adapter (used by `run_toc_query` from then on): synthetic questions from
-    the configured LLM (cached), then LoRA on `toc.train_model`, on CUDA when present."""
+    the configured LLM (cached), then LoRA on `toc.train_model`, on CUDA when present. Returns the training report
+    and the adapter's folder."""
     from strata.ingest import open_store
     from strata.toc.experiment import BookJob, StairJob, run_job
     from strata.toc.finetune import resolve_device
@@ -113,7 +116,7 @@ def train_toc_adapter(settings: Settings, document: str, log: Callable[[str], No
     )
     if runs.errors:
         raise RuntimeError(f"training the ToC adapter of {paper.id} failed: {'; '.join(runs.errors)}")
-    return runs.train[0]
+    return runs.train[0], folder
 
 
 def resolve_document(store: CorpusStore, document: str) -> str:
