@@ -10,8 +10,8 @@ LLM (embedded llama.cpp, trie-constrained and free) on a fixed sample of questio
 on the small books' test questions (`zero-shot-small`); and the whole STAIR recipe (synthetic questions, STAIR and
 DSI LoRA training with early stopping on dev R@1 within a wall-time budget, evaluation, paired randomization test)
 on a small book per book: the three chapters after its introductory one, on a fixed sample of their questions
-(`small`; sizes in SMALL_BOOKS, CPU_SMALL_SETTINGS, CPU_TRAIN_BUDGET_S, CPU_SMALL_TEST_SAMPLE; about an hour per
-book on one quiet core). `small` then pools the small books (`overall`: pool again without training) into one
+(`small`; sizes in SMALL_BOOKS, CPU_SMALL_SETTINGS, CPU_TRAIN_BUDGET_S, CPU_SMALL_TEST_SAMPLE; about 85 minutes
+per book on one quiet core). `small` then pools the small books (`overall`: pool again without training) into one
 table with the paired tests over all their questions. Each part is merged into the results file as it finishes, so
 parts and books can run as separate processes (e.g. one `--small-books` per core). `prepare-gpu` writes everything
 a lent GPU needs into an ignored folder (job, model split into parts under the 64 MiB transfer limit, wheels);
@@ -199,12 +199,19 @@ def table(title: str, methods: dict) -> str:
 
 
 def write_results(name: str, results: dict) -> None:
-    """Merged into the file as it is now: parts run by separate processes (or earlier runs) keep their keys."""
+    """Merged into the file as it is now: parts run by separate processes (or earlier runs) keep their keys. The
+    read-merge-write holds a lock and replaces the file whole, so concurrent parts neither lose nor tear it."""
+    import fcntl
+
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / name
-    merged = json.loads(path.read_text()) if path.is_file() else {}
-    merged.update(results)
-    path.write_text(json.dumps(merged, indent=2))
+    with (RESULTS / f".{name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        merged = json.loads(path.read_text()) if path.is_file() else {}
+        merged.update(results)
+        partial = path.with_suffix(".json.partial")
+        partial.write_text(json.dumps(merged, indent=2))
+        os.replace(partial, path)
     log(f"wrote {path}")
 
 
@@ -218,6 +225,10 @@ def run_cpu(args: argparse.Namespace) -> None:
     parts = set(args.parts.split(","))
     if parts - set(CPU_PARTS):
         raise SystemExit(f"unknown parts {sorted(parts - set(CPU_PARTS))}; choose from {', '.join(CPU_PARTS)}")
+    small_names = args.small_books.split(",")
+    if set(small_names) - set(SMALL_BOOKS):
+        raise SystemExit(f"unknown small books {sorted(set(small_names) - set(SMALL_BOOKS))}; choose from "
+                         f"{', '.join(SMALL_BOOKS)}")
     settings = Settings.load()
     header = {
         "dataset": "openstax-toc-qa: psychology-2e, introduction-sociology-3e; test = all author-written questions",
@@ -243,7 +254,6 @@ def run_cpu(args: argparse.Namespace) -> None:
             "zero_shot_llm",
         )
         write_results("stair-cpu.json", {**header, **measured})
-    small_names = args.small_books.split(",")
     if "zero-shot-small" in parts:
         sets = []
         for name in small_names:
@@ -439,6 +449,7 @@ def small_books_overall() -> dict | None:
     written = json.loads(path.read_text()) if path.is_file() else {}
     parts = {name: written[f"small_{name}"] for name in SMALL_BOOKS if f"small_{name}" in written}
     if len(parts) < 2:
+        log(f"not pooling the small books: {path.name} holds {len(parts)} of them ({', '.join(parts) or 'none'})")
         return None
     shared = [m for m in next(iter(parts.values()))["methods"] if all(m in p["methods"] for p in parts.values())]
     methods = {}
@@ -449,7 +460,7 @@ def small_books_overall() -> dict | None:
         methods[method] = {"all": pooled, **{name: part["methods"][method][name] for name, part in parts.items()}}
     pooled_from = [f"small_{name}" for name in parts]
     zero_shot = written.get("zero_shot_llm_small_book", {}).get("methods", {})
-    if zero_shot and all(  # it asked every test question of every small book (--llm-sample 60)
+    if zero_shot and all(  # it asked every test question of every small book (--llm-sample >= 60)
         entry.get(name, {}).get("queries") == part["questions_test"]
         for entry in zero_shot.values()
         for name, part in parts.items()

@@ -10,7 +10,7 @@ from corpus_support import bm25_corpus
 from strata.documents.model import Candidate, ChunkHit, Ranking
 from strata.llm import ContinuationScore, Generation, LLMClient, LLMError, Scoring, Trace
 from strata.read import pipeline as pipeline_module
-from strata.read.model import Evidence
+from strata.read.model import AskCancelled, Evidence
 from strata.read.pipeline import Pipeline
 from strata.read.synthesize import Synthesizer
 from strata.rerank import FirstStage
@@ -182,6 +182,19 @@ def test_a_reader_failure_returns_the_candidates_and_papers_read_as_a_partial_re
     assert [(reading.paper_id, reading.accepted) for reading in result.readings] == [("good", True)]
     assert not result.answer.answerable and result.answer.choice is None
     assert (result.events[-1].stage, result.events[-1].status) == ("read", "failed")
+
+
+def test_a_sink_that_cancels_stops_the_pipeline_instead_of_returning_a_partial_answer(make_pipeline):
+    seen = []
+
+    def leave_once_reading_starts(event) -> None:
+        seen.append((event.stage, event.status))
+        if event.stage == "read":
+            raise AskCancelled("the client went away")
+
+    with pytest.raises(AskCancelled):
+        make_pipeline(RuleBackend()).ask(QUESTION, options=OPTIONS, on_event=leave_once_reading_starts)
+    assert seen[-1] == ("read", "started")  # no 'failed' event, no synthesis after it
 
 
 def test_the_printed_answer_numbers_its_citations_with_title_section_and_evidence(make_pipeline):

@@ -344,9 +344,13 @@ def cmd_train_reranker(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_train_toc(args: argparse.Namespace, settings: Settings) -> int:
     from strata.toc.query import train_toc_adapter
 
-    report, folder = train_toc_adapter(settings, args.document, log=lambda line: print(line, file=sys.stderr))
+    try:
+        report, folder = train_toc_adapter(settings, args.document, log=lambda line: print(line, file=sys.stderr))
+    except RuntimeError as error:  # a failed stage (e.g. no questions could be generated), already explained
+        print(f"strata: error: {error}", file=sys.stderr)
+        return 1
     if args.json:
-        _print_json(report)
+        print(json.dumps({"adapter": str(folder), **report.model_dump(mode="json")}, indent=2))
     else:
         print(f"STAIR adapter saved to {folder}: {report.train_examples} synthetic questions, {report.steps} steps "
               f"in {report.seconds:.0f}s on {report.device}, best dev R@1 {report.best_dev_r1:.3f} at step "

@@ -61,6 +61,10 @@ class StageEvent(BaseModel):
     elapsed_s: float = Field(default=0.0, ge=0, description="Seconds since the question arrived")
 
 
+class AskCancelled(Exception):
+    """Raised by a StageEvent sink whose caller went away: the pipeline stops at that event, keeping nothing."""
+
+
 class PaperReading(BaseModel):
     """Local reading of one candidate paper: Decision A (relevant), Decision B (sufficient), supporting passages."""
 

@@ -14,7 +14,7 @@ from strata.config import Settings
 from strata.documents.model import ChunkHit, ContentType, Ranking
 from strata.llm import LLMClient, Trace, make_client, tracing
 from strata.read.local import LocalReader
-from strata.read.model import Answer, AnswerFormat, AskResult, PaperReading, StageEvent
+from strata.read.model import Answer, AnswerFormat, AskCancelled, AskResult, PaperReading, StageEvent
 from strata.read.sections import with_toc_sections
 from strata.read.synthesize import Synthesizer
 from strata.read.validate import validate_answer
@@ -82,6 +82,8 @@ class Pipeline:
                 emit("validate", "started")
                 answer = with_toc_sections(validate_answer(draft, self.store, options), self.store, self.settings)
                 emit("validate", "done", _validation_detail(answer))
+            except AskCancelled:  # nobody is waiting for the partial answer below
+                raise
             # A failure here must not throw away what retrieval found: the caller gets the candidates and readings.
             except Exception as error:  # noqa: BLE001
                 emit(stage, "failed", f"{type(error).__name__}: {error}")

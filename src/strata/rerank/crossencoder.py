@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import random
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -76,6 +77,9 @@ def load_cross_encoder(source: str) -> CrossEncoder:
     return CrossEncoder(source, device="cpu", local_files_only=True)
 
 
+_PREDICT_LOCK = threading.Lock()
+
+
 class CrossEncoderReranker:
     """Rescores the top `cross_encoder_depth` candidates on (query, title + passage); ties keep first-stage order."""
 
@@ -90,7 +94,8 @@ class CrossEncoderReranker:
         if not top:
             return reordered(candidates, [], self.name)
         passages = [self.texts.passage(candidate.paper_id, self.passage_words) for candidate in top]
-        scores = self.model.predict([(query, passage) for passage in passages], batch_size=self.batch)
+        with _PREDICT_LOCK:  # concurrent requests would oversubscribe torch's process-wide threads
+            scores = self.model.predict([(query, passage) for passage in passages], batch_size=self.batch)
         order = sorted(range(len(top)), key=lambda index: (-float(scores[index]), index))
         return reordered(candidates, [top[index] for index in order], self.name)
 

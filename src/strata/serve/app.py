@@ -29,7 +29,7 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 from strata.config import Settings
 from strata.documents.model import Ranking
 from strata.ingest import IngestReport
-from strata.read.model import AnswerFormat, AskResult, StageEvent
+from strata.read.model import AnswerFormat, AskCancelled, AskResult, StageEvent
 from strata.retrieve.hybrid import Method
 from strata.serve.service import (
     AskFunction,
@@ -184,10 +184,6 @@ def _api(service: CorpusService) -> APIRouter:
         return await run_in_threadpool(service.ingest_uploads, uploads)
 
     return api
-
-
-class AskCancelled(Exception):
-    """The client of an /ask stream went away: raised into the worker at its next stage event."""
 
 
 async def _ask_events(service: CorpusService, request: AskRequest) -> AsyncIterator[ServerSentEvent]:
