@@ -15,6 +15,9 @@ CHAPTERS = {
     "Sleep": {"Stages of Sleep": "REM sleep is when most dreaming happens.", "Insomnia": "Insomnia is poor sleep."},
     "Memory": {"Encoding": "Encoding turns perception into memory.", "Forgetting": "Forgetting grows with time."},
 }
+# Settings every test here runs with (as strings: the CLI test passes them as flags): the tiny packaged model.
+TINY_MODEL = {"index.dense": "false", "llm.model": "packaged:smollm2-135m", "llm.cache": "false",
+              "toc.context_tokens": "2048"}
 
 
 def write_book(folder: Path) -> Path:
@@ -38,15 +41,7 @@ def write_book(folder: Path) -> Path:
 def settings(tmp_path_factory) -> Settings:
     home = tmp_path_factory.mktemp("home")
     settings = Settings.load(
-        overrides={
-            "store.home": str(home),
-            "index.dense": False,
-            "llm.model": "packaged:smollm2-135m",
-            "llm.cache": False,
-            "toc.context_tokens": 2048,
-            "toc.induced_leaves": 2,
-            "index.embedding.threads": 1,
-        }
+        overrides={**TINY_MODEL, "store.home": str(home), "toc.induced_leaves": "2", "index.embedding.threads": "1"}
     )
     corpus = home / "abstracts.jsonl"
     corpus.write_text(json.dumps({"_id": "flat-doc", "title": "A Flat Note", "text": "Tides follow the moon. " * 30}))
@@ -82,8 +77,7 @@ def test_an_unknown_document_is_a_clear_error(settings):
 def test_strata_train_toc_saves_the_adapter_that_strata_toc_then_answers_with(tmp_path, capsys):
     from strata import cli
 
-    flags = {"store.home": str(tmp_path / "home"), "index.dense": "false", "llm.model": "packaged:smollm2-135m",
-             "llm.cache": "false", "toc.context_tokens": "2048", "toc.questions_per_leaf": "2",
+    flags = {**TINY_MODEL, "store.home": str(tmp_path / "home"), "toc.questions_per_leaf": "2",
              "toc.batch_size": "2", "toc.max_steps": "2", "toc.eval_every_steps": "2", "toc.threads": "1",
              "toc.question_cache": str(tmp_path / "questions")}
     settings = Settings.load(overrides=flags)

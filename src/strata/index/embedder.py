@@ -67,7 +67,7 @@ class Embedder:
         import torch
 
         # Torch's thread count is process-wide: encode one batch at a time, each with the count it asked for.
-        with _ENCODE_LOCK:
+        with TORCH_LOCK:
             if torch.get_num_threads() != threads:
                 torch.set_num_threads(threads)
             vectors = model.encode(
@@ -81,7 +81,8 @@ class Embedder:
 
 
 _LOAD_LOCK = threading.Lock()
-_ENCODE_LOCK = threading.Lock()
+# Torch's thread count is process-wide: one model call at a time (embedder and cross-encoder alike).
+TORCH_LOCK = threading.Lock()
 
 
 @lru_cache(maxsize=2)

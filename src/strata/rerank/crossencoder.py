@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import random
-import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -15,7 +14,7 @@ from pydantic import BaseModel, Field
 
 from strata.config import Settings
 from strata.documents.model import Ranking
-from strata.index.embedder import resolve_model_path
+from strata.index.embedder import TORCH_LOCK, resolve_model_path
 from strata.llm import LLMClient, LLMError, prompt_registry
 from strata.rerank.rerankers import reordered
 from strata.rerank.texts import PaperTexts
@@ -77,9 +76,6 @@ def load_cross_encoder(source: str) -> CrossEncoder:
     return CrossEncoder(source, device="cpu", local_files_only=True)
 
 
-_PREDICT_LOCK = threading.Lock()
-
-
 class CrossEncoderReranker:
     """Rescores the top `cross_encoder_depth` candidates on (query, title + passage); ties keep first-stage order."""
 
@@ -94,7 +90,7 @@ class CrossEncoderReranker:
         if not top:
             return reordered(candidates, [], self.name)
         passages = [self.texts.passage(candidate.paper_id, self.passage_words) for candidate in top]
-        with _PREDICT_LOCK:  # concurrent requests would oversubscribe torch's process-wide threads
+        with TORCH_LOCK:  # concurrent requests would oversubscribe torch's process-wide threads
             scores = self.model.predict([(query, passage) for passage in passages], batch_size=self.batch)
         order = sorted(range(len(top)), key=lambda index: (-float(scores[index]), index))
         return reordered(candidates, [top[index] for index in order], self.name)
