@@ -91,3 +91,23 @@ def test_strata_train_toc_saves_the_adapter_that_strata_toc_then_answers_with(tm
     assert answer.method == "stair-adapter" and len(answer.hits) == 2
     leaves = {(chapter, title) for chapter, modules in CHAPTERS.items() for title in modules}
     assert all(tuple(hit.path) in leaves for hit in answer.hits)
+
+
+@pytest.mark.integration
+def test_a_whole_real_book_too_long_for_the_context_still_answers_with_its_real_leaves(tmp_path, shared_data):
+    """psychology-2e's ToC (~5k tokens) in a 2,048-token context: collapsed or windowed, never a crash."""
+    from strata.eval.toc import load_toc_queries
+    from strata.toc.tree import document_toc
+
+    book = shared_data / "openstax-toc-qa" / "psychology-2e" / "derived"
+    settings = Settings.load(overrides={**TINY_MODEL, "store.home": str(tmp_path / "home")})
+    assert not ingest([book], settings).errors
+    query = load_toc_queries(book)[0]
+    answer = run_toc_query(settings, "psychology-2e", query.question, k=3)
+    with open_store(settings) as store:
+        paper = store.get_paper("psychology-2e")
+    leaves = {leaf.path for leaf in document_toc(paper).leaves()}
+    assert len(leaves) > 300 and answer.method == "zero-shot" and len(answer.hits) == 3
+    for hit in answer.hits:
+        assert tuple(hit.path) in leaves
+        assert paper.text[hit.locator.char_start : hit.locator.char_end] == hit.text
