@@ -11,7 +11,7 @@ DEMO_HOME ?= .strata/demo
 LLAMA_CMAKE_ARGS := -DLLAVA_BUILD=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TESTS=OFF \
 	-DLLAMA_BUILD_SERVER=OFF -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
 
-.PHONY: install demo test reproduce clean browser-deps
+.PHONY: install demo test typecheck reproduce clean browser-deps
 
 install: $(VENV)/.installed
 
@@ -33,6 +33,10 @@ demo: install
 test: install
 	$(PY) -m pytest -q -ra
 
+# mypy over src/strata, configured in pyproject.toml ([tool.mypy]).
+typecheck: install
+	$(VENV)/bin/mypy
+
 # Headless Chromium for the web page's end-to-end test: Debian's package, driven by Playwright (which would otherwise
 # download a browser of its own, impossible offline). Without it that one test is skipped.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
@@ -42,9 +46,11 @@ browser-deps:
 		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } || \
 		echo "chromium could not be installed: the web page's browser test will be skipped"
 
-# Rerun the cheap rows of benchmarks/matrix.yaml (SciFact BM25/dense/hybrid) and fail if a score drifts.
+# Rerun the cheap rows of benchmarks/matrix.yaml (SciFact BM25/dense/hybrid) and fail if a score drifts; then
+# re-render benchmarks/RESULTS.md and README's summary from the result files the rows rewrote (tests check they match).
 reproduce: install
 	$(STRATA) eval matrix --rows cheap
+	$(PY) benchmarks/report.py
 
 clean:
-	rm -rf $(VENV) .strata .pytest_cache
+	rm -rf $(VENV) .strata .pytest_cache .mypy_cache

@@ -13,20 +13,34 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import time
 from pathlib import Path
 
+import numpy as np
+
 from strata.config import Settings
+from strata.corpus import Corpus
 from strata.documents.model import Ranking
 from strata.eval.beir import load_beir
+from strata.eval.results import (
+    DatasetRef,
+    Experiment,
+    ResultFile,
+    load_result,
+    merged,
+    new_result,
+    repo_relative,
+    write_result,
+)
 from strata.eval.retrieval import _strict_scores, evaluate_run
-from strata.llm import TraceSummary, make_client, tracing
-from strata.rerank.crossencoder import cross_encoder_source, train_cross_encoder
+from strata.llm import TraceSummary, tracing
+from strata.eval.compare import paired_p_value
+from strata.rerank.crossencoder import cross_encoder_source, trained_fusion_weight
 from strata.rerank.factory import compact_features, make_reranker
+from strata.rerank.fusion import FusedReranker
 from strata.rerank.permutation import ParseErrors
 from strata.rerank.texts import PaperTexts
-from strata.retrieve.hybrid import open_searcher
+from strata.train.cross_encoder import train_cross_encoder
 
 ROOT = Path(__file__).resolve().parent
 SCIFACT = ROOT.parent.parent / "shared" / "data" / "scifact" / "beir"
@@ -51,7 +65,10 @@ def arguments() -> argparse.Namespace:
     parser.add_argument("--passage-words", type=int, default=120)
     parser.add_argument("--features-input-words", type=int, default=300)
     parser.add_argument("--ce-depth", type=int, default=100)
-    parser.add_argument("--train-passages", type=int, default=120)
+    parser.add_argument("--train-passages", type=int, default=120, help="LLM-written training queries (0: none)")
+    parser.add_argument("--train-queries-per-source", type=int, default=3000,
+                        help="papers sampled for the LLM-free title and inverse-cloze training queries")
+    parser.add_argument("--train-epochs", type=int, default=3)
     parser.add_argument("--no-train", action="store_true", help="skip the cross-encoder unless already trained")
     parser.add_argument("--methods", nargs="*", default=METHODS, help="rerankers to run, in order")
     parser.add_argument("--listwise-answer", choices=("first-token", "generate"), default="first-token",
@@ -77,6 +94,8 @@ def bench_settings(args: argparse.Namespace) -> Settings:
             "rerank.features_input_words": args.features_input_words,
             "rerank.cross_encoder_depth": args.ce_depth,
             "rerank.train_passages": args.train_passages,
+            "rerank.train_queries_per_source": args.train_queries_per_source,
+            "rerank.train_epochs": args.train_epochs,
             "rerank.features_path": str(args.work / "features.sqlite3"),
             "rerank.cross_encoder_dir": str(args.work / "cross-encoder"),
         }
@@ -88,49 +107,60 @@ class Bench:
         self.args = args
         self.settings = bench_settings(args)
         self.dataset = load_beir(SCIFACT)
-        self.result: dict = {
-            "dataset": "scifact test",
-            "machine": platform.platform(),
-            "caps": {name: value for name, value in vars(args).items() if name not in ("store", "work", "output")},
-            "rerank_settings": self.settings.rerank.model_dump(mode="json"),
-            "llm": {
-                "backend": self.settings.llm.backend, "model": self.settings.llm.model, "n_ctx": self.settings.llm.n_ctx
-            },
-            "output": args.output.name,
-            "title": "trained cross-encoder against the first stage"
-            if args.methods == ["cross-encoder"]
-            else f"CoRank and baselines, {args.listwise_answer} listwise answers",
-            "rows": [],
-        }
-        self._keep_earlier_rows()
+        self.caps = {name: value for name, value in vars(args).items() if name not in ("store", "work", "output")}
+        self.experiments: dict[str, Experiment] = {}  # this run's rows, by name
+        self.details: dict = {}  # first-stage time, feature passes, cross-encoder training
+        self.ndcg: dict[str, dict[str, float]] = {}  # per-query nDCG@10 of this run's rows, for paired tests
+        self.earlier = self._earlier_result()
 
-    def _keep_earlier_rows(self) -> None:
+    def _earlier_result(self) -> ResultFile | None:
         """A run of some methods at the same caps (e.g. the cross-encoder after the LLM methods) adds to the last
         result instead of replacing it; rows it measures again are replaced."""
         if not self.args.output.is_file():
-            return
-        earlier = json.loads(self.args.output.read_text())
-        if _comparable(earlier.get("caps", {})) != _comparable(self.result["caps"]):
-            return
-        for key in ("rows", "features", "cross_encoder_training", "first_stage_seconds"):
-            if key in earlier:
-                self.result[key] = earlier[key]
+            return None
+        earlier = load_result(self.args.output)
+        return earlier if _comparable(earlier.settings.get("caps", {})) == _comparable(self.caps) else None
+
+    def result(self) -> ResultFile:
+        llm = self.settings.llm
+        this_run = new_result(
+            "benchmarks/corank.py",
+            list(self.experiments.values()),
+            datasets=[DatasetRef(name="scifact", path=repo_relative(SCIFACT, ROOT.parent),
+                                 fingerprint=self.dataset.fingerprint, split="test")],
+            settings={"caps": self.caps, "rerank": self.settings.rerank.model_dump(mode="json"),
+                      "llm": {"backend": llm.backend, "model": llm.model, "n_ctx": llm.n_ctx}},
+            details=self.details,
+        )  # fmt: skip
+        return merged(self.earlier, this_run)
 
     def save(self) -> None:
-        self.args.output.parent.mkdir(parents=True, exist_ok=True)
-        self.args.output.write_text(json.dumps(self.result, indent=2))
+        write_result(self.result(), self.args.output)
 
     def qrels(self, query_ids: list[str]) -> dict[str, dict[str, int]]:
         return {query_id: self.dataset.qrels[query_id] for query_id in query_ids}
 
-    def row(self, name: str, rankings: dict[str, Ranking], queries: int, **extra: object) -> None:
+    def row(
+        self, name: str, rankings: dict[str, Ranking], queries: int, subset: str, parse_errors: dict | None = None,
+        against: str | None = None, **cost: float,
+    ) -> None:
+        """One method's scores on `queries` queries of the `subset` ('ce' or 'llm' query set), saved at once; with
+        `against` (another row's name in the subset), the paired randomization test of nDCG@10 against it."""
         run = {query_id: _strict_scores(ranking) for query_id, ranking in rankings.items()}
-        metrics, _ = evaluate_run(run, self.qrels(list(rankings)))
-        row = {"method": name, "queries": queries, **{k: round(v, 4) for k, v in metrics.items()}, **extra}
-        same = (row["method"], row.get("set"), row["queries"])
-        rows = [old for old in self.result["rows"] if (old["method"], old.get("set"), old["queries"]) != same]
-        self.result["rows"] = [*rows, row]
-        print(json.dumps(row), flush=True)
+        metrics, per_query = evaluate_run(run, self.qrels(list(rankings)))
+        self.ndcg[f"{subset}: {name}"] = {qid: scores["nDCG@10"] for qid, scores in per_query.items()}
+        details: dict = {} if parse_errors is None else {"parse_errors": parse_errors}
+        if against is not None:
+            baseline, system = self.ndcg[f"{subset}: {against}"], self.ndcg[f"{subset}: {name}"]
+            ids = sorted(baseline)
+            details["paired_test"] = {"against": against, "metric": "nDCG@10", "p_value": paired_p_value(
+                np.array([baseline[q] for q in ids]), np.array([system[q] for q in ids]))}
+        row = Experiment(
+            name=f"{subset}: {name}", method=name, dataset="scifact", group=subset, queries=queries,
+            metrics={k: round(v, 4) for k, v in metrics.items()}, cost=cost, details=details,
+        )  # fmt: skip
+        self.experiments[row.name] = row
+        print(row.model_dump_json(), flush=True)
         self.save()
 
 
@@ -142,27 +172,29 @@ def main() -> None:
     queries = bench.dataset.queries[: args.queries]
     ce_queries = bench.dataset.queries[: args.ce_queries]
     depth = max(args.pool, args.sliding_depth, args.ce_depth, args.listwise_depth)
-    with open_searcher(settings) as searcher, make_client(settings) as client:
+    with Corpus.open(settings) as corpus:
+        searcher = corpus.searcher
+        client = corpus.llm if set(args.methods) - {"cross-encoder"} else None  # the cross-encoder needs no LLM
         started = time.perf_counter()
         hybrid = {query.id: searcher.search(query.text, k=depth) for query in ce_queries}
         bm25 = {query.id: searcher.search(query.text, k=depth, method="bm25") for query in ce_queries}
-        bench.result["first_stage_seconds"] = time.perf_counter() - started
-        bench.row("bm25", bm25, len(ce_queries), set="ce")
-        bench.row("hybrid (first stage)", hybrid, len(ce_queries), set="ce")
+        bench.details["first_stage_seconds"] = time.perf_counter() - started
+        bench.row("bm25", bm25, len(ce_queries), "ce")
+        bench.row("hybrid (first stage)", hybrid, len(ce_queries), "ce")
         capped = {query.id: hybrid[query.id] for query in queries}
-        bench.row("hybrid (first stage)", capped, len(queries), set="llm")
+        bench.row("hybrid (first stage)", capped, len(queries), "llm")
 
         if FEATURE_METHODS & set(args.methods):  # else keep the earlier run's feature costs
-            features(bench, searcher.store, client, capped)
+            features(bench, corpus.store, client, capped)
         for method in args.methods:
             if method == "cross-encoder":
-                cross_encoder(bench, searcher, client, hybrid, bm25, capped)
+                cross_encoder(bench, corpus, hybrid, bm25, capped)
             else:
-                listwise_method(bench, searcher.store, client, method, queries, capped)
-    print_table(bench.result)
+                listwise_method(bench, corpus.store, client, method, queries, capped)
+    print_table(bench.result())
 
 
-def cross_encoder(bench: Bench, searcher, client, hybrid, bm25, capped) -> None:
+def cross_encoder(bench: Bench, corpus: Corpus, hybrid, bm25, capped) -> None:
     settings = bench.settings
     # The training report is kept beside the model, so a later run measuring the same model still reports it.
     report_file = bench.args.work / "cross-encoder" / "training_report.json"
@@ -171,17 +203,38 @@ def cross_encoder(bench: Bench, searcher, client, hybrid, bm25, capped) -> None:
             print("no trained cross-encoder under --work and --no-train given: cross-encoder rows skipped")
             return
         with tracing() as trace:
-            report = train_cross_encoder(settings, searcher.store, searcher, client)
+            report = train_cross_encoder(corpus, corpus.llm if settings.rerank.train_passages else None)
         report_file.write_text(json.dumps({**report.model_dump(), "llm": trace.summary().model_dump()}, indent=2))
     if report_file.is_file():
-        bench.result["cross_encoder_training"] = json.loads(report_file.read_text())
+        bench.details["cross_encoder_training"] = json.loads(report_file.read_text())
         bench.save()
-    reranker = make_reranker(settings, searcher.store, method="cross-encoder")
+    unfused = settings.model_copy(update={"rerank": settings.rerank.model_copy(update={"fusion_weight": 1.0})})
+    reranker = make_reranker(unfused, corpus.store, method="cross-encoder")
+    weight = trained_fusion_weight(settings)
+    baselines = {"hybrid": "hybrid (first stage)", "bm25": "bm25"}
     for name, first, subset in (("hybrid", hybrid, "ce"), ("bm25", bm25, "ce"), ("hybrid", capped, "llm")):
         started = time.perf_counter()
         rankings = {query_id: reranker.rank(ranking.query, ranking) for query_id, ranking in first.items()}
         seconds = (time.perf_counter() - started) / max(len(first), 1)
-        bench.row(f"{name} > cross-encoder", rankings, len(first), set=subset, seconds_per_query=round(seconds, 2))
+        bench.row(f"{name} > cross-encoder", rankings, len(first), subset, against=baselines[name],
+                  seconds_per_query=round(seconds, 2))
+        # Fusion reuses the rescoring above: the same ranks, fused with the first stage at the validation weight.
+        fusion = FusedReranker(Rescored(rankings), weight, settings.search.rrf_k)
+        fused = {qid: fusion.rank(ranking.query, ranking) for qid, ranking in first.items()}
+        bench.row(f"{name} > cross-encoder+fusion", fused, len(first), subset, against=baselines[name],
+                  fusion_weight=weight, seconds_per_query=round(seconds, 2))
+
+
+class Rescored:
+    """A reranker answering with rankings already computed (by query id), so fusing them costs no rescoring."""
+
+    name = "cross-encoder"
+
+    def __init__(self, rankings: dict[str, Ranking]) -> None:
+        self.by_query = {ranking.query: ranking for ranking in rankings.values()}
+
+    def rank(self, query: str, candidates: Ranking) -> Ranking:
+        return self.by_query[query]
 
 
 def features(bench: Bench, store, client, capped: dict[str, Ranking]) -> None:
@@ -213,7 +266,7 @@ def features(bench: Bench, store, client, capped: dict[str, Ranking]) -> None:
             }
         )
         print(json.dumps(passes[-1]), flush=True)
-    bench.result["features"] = {"documents": documents, "passes": passes}
+    bench.details["features"] = {"documents": documents, "passes": passes}
     bench.save()
 
 
@@ -235,7 +288,7 @@ def listwise_method(bench: Bench, store, client, method: str, queries, capped: d
         f"hybrid > {method}",
         rankings,
         len(queries),
-        set="llm",
+        "llm",
         llm_calls_per_query=round(total.calls / n, 2),
         tokens_in_per_query=round(total.tokens_in / n, 1),
         tokens_out_per_query=round(total.tokens_out / n, 1),
@@ -256,19 +309,21 @@ def _only_ranking(trace) -> TraceSummary:
     return Trace(calls=[call for call in trace.calls if call.prompt == "rerank_listwise"]).summary()
 
 
-def print_table(result: dict) -> None:
+def print_table(result: ResultFile) -> None:
     header = f"{'method':<34} {'set':<4} {'q':>4} {'nDCG@10':>8} {'R@10':>6} {'calls/q':>8} {'tok_in/q':>9} {'s/q':>6}"
     print("\n" + header + "\n" + "-" * len(header))
-    for row in result["rows"]:
+    for row in result.experiments:
+        cost = row.cost
         print(
-            f"{row['method']:<34} {row['set']:<4} {row['queries']:>4} {row['nDCG@10']:>8.4f} {row['R@10']:>6.3f} "
-            f"{row.get('llm_calls_per_query', 0):>8} {row.get('tokens_in_per_query', 0):>9} "
-            f"{row.get('seconds_per_query', 0):>6}"
+            f"{row.method:<34} {row.group:<4} {row.queries:>4} {row.metrics['nDCG@10']:>8.4f} "
+            f"{row.metrics['R@10']:>6.3f} {cost.get('llm_calls_per_query', 0):>8} "
+            f"{cost.get('tokens_in_per_query', 0):>9} {cost.get('seconds_per_query', 0):>6}"
         )
-    if "features" in result:
-        first, second = result["features"]["passes"]
+    if "features" in result.details:
+        features = result.details["features"]
+        first, second = features["passes"]
         print(
-            f"\nfeatures: {result['features']['documents']} documents; first pass {first['extracted']} extracted, "
+            f"\nfeatures: {features['documents']} documents; first pass {first['extracted']} extracted, "
             f"{first['per_document']['tokens_in']:.0f} tokens in / {first['per_document']['tokens_out']:.0f} out and "
             f"{first['per_document']['seconds']:.1f}s per document; second pass {second['llm']['calls']} LLM calls"
         )

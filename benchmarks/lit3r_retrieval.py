@@ -14,14 +14,12 @@ Each Relate row reuses its question's retrieval run, so rows differ only in Rela
 |gold ∩ top k| / |gold|, averaged; claims citing several abstracts are also reported alone (multi-gold).
 LLM calls/tokens per question come from the trace (cache hits included, and counted); wall times are per question.
 Stores are only read; paper vectors are cached under results/tmp/lit3r/. Results merge into
-benchmarks/results/lit3r_retrieval.json (rows replaced by dataset and name) and print as a table.
+benchmarks/results/lit3r_retrieval.json (rows replaced by dataset and name) and this run's rows print as a table.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import platform
 import sys
 import time
 from collections.abc import Sequence
@@ -30,11 +28,12 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from strata.config import Settings
+from strata.corpus import Corpus
 from strata.eval.datasets import EvalQuery, load_dataset
+from strata.eval.results import DatasetRef, Experiment, ResultFile, merged, new_result, repo_relative, update_result
 from strata.llm import LLMClient, Trace, TraceSummary, make_client
 from strata.relate import expand_and_fuse
 from strata.rerank import make_reranker
-from strata.retrieve.hybrid import HybridSearcher, open_searcher
 from strata.retrieve.iterative import QuestionRetriever
 from strata.retrieve.rounds import RetrievalRun
 
@@ -109,10 +108,10 @@ def settings_for(dataset: str, **overrides: object) -> Settings:
     )
 
 
-def gold_in_store(queries: list[EvalQuery], searcher: HybridSearcher) -> list[EvalQuery]:
+def gold_in_store(queries: list[EvalQuery], corpus: Corpus) -> list[EvalQuery]:
     """Queries with their gold restricted to papers in the store (the LitQA2 loader names a gold PDF the way the PDF
     parser names its paper); queries left without gold are dropped, and counted by the caller."""
-    ids = set(searcher.store.paper_ids())
+    ids = set(corpus.store.paper_ids())
     kept = []
     for query in queries:
         gold = {paper_id: grade for paper_id, grade in query.gold_papers.items() if paper_id in ids}
@@ -124,14 +123,14 @@ def gold_in_store(queries: list[EvalQuery], searcher: HybridSearcher) -> list[Ev
 def run_rows(
     dataset: str,
     queries: list[EvalQuery],
-    searcher: HybridSearcher,
+    corpus: Corpus,
     client: LLMClient | None,
     prefix: str,
 ) -> list[Row]:
     """Every Relate variant on one retrieval run per question (with `client`, or without an LLM)."""
     base = settings_for(dataset)
-    reranker = make_reranker(base, searcher.store)  # the best offline reranker: cross-encoder if trained, else none
-    retriever = QuestionRetriever(searcher, reranker, base.retrieve, client, base.search.rrf_k)
+    reranker = make_reranker(base, corpus.store)  # the best offline reranker: cross-encoder if trained, else none
+    retriever = QuestionRetriever(corpus.searcher, corpus.store, reranker, base.retrieve, client, base.search.rrf_k)
     runs: list[RetrievalRun] = []
     traces: list[TraceSummary] = []
     started = time.perf_counter()
@@ -157,16 +156,16 @@ def run_rows(
     for suffix, overrides in RELATE_VARIANTS.items():
         settings = settings_for(dataset, **overrides)
         started = time.perf_counter()
-        rankings = [expand_and_fuse(run, searcher=searcher, settings=settings).candidates.paper_ids for run in runs]
+        rankings = [expand_and_fuse(run, corpus=corpus, settings=settings).candidates.paper_ids for run in runs]
         relate_seconds = (time.perf_counter() - started) / len(queries)
         rows.append(summarise(dataset, f"{prefix}{suffix}", queries, rankings, relate_seconds_per_question=relate_seconds, **llm))
         print(format_row(rows[-1]), file=sys.stderr, flush=True)
     return rows
 
 
-def hybrid_row(dataset: str, queries: list[EvalQuery], searcher: HybridSearcher) -> Row:
+def hybrid_row(dataset: str, queries: list[EvalQuery], corpus: Corpus) -> Row:
     started = time.perf_counter()
-    rankings = [searcher.search(query.text, k=max(KS), method="hybrid", prf=False).paper_ids for query in queries]
+    rankings = [corpus.searcher.search(query.text, k=max(KS), method="hybrid", prf=False).paper_ids for query in queries]
     seconds = (time.perf_counter() - started) / len(queries)
     return summarise(dataset, "hybrid", queries, rankings, retrieve_seconds_per_question=seconds)
 
@@ -183,19 +182,19 @@ def llm_subset(queries: list[EvalQuery], cap: int) -> list[EvalQuery]:
 def evaluate(dataset: str, llm_cap: int, part: str) -> tuple[list[Row], dict[str, int]]:
     folder, split = DATASETS[dataset]
     loaded = load_dataset(folder, split=split)
-    with open_searcher(settings_for(dataset)) as searcher:
+    with Corpus.open(settings_for(dataset)) as corpus:
         judged = [q for q in loaded.queries if q.gold_papers]
-        queries = gold_in_store(judged, searcher)
+        queries = gold_in_store(judged, corpus)
         print(f"{dataset}: {len(queries)} questions with gold in the store", file=sys.stderr, flush=True)
         counts = {"questions": len(queries), "questions_without_gold_in_store": len(judged) - len(queries)}
         if part == "no-llm":
-            return [hybrid_row(dataset, queries, searcher), *run_rows(dataset, queries, searcher, None, "A")], counts
+            return [hybrid_row(dataset, queries, corpus), *run_rows(dataset, queries, corpus, None, "A")], counts
         subset = llm_subset(queries, llm_cap)
         counts["llm_questions"] = len(subset)
         with make_client(Settings.load()) as client:
-            rows = [hybrid_row(dataset, subset, searcher).model_copy(update={"name": "llm subset: hybrid"})]
-            rows += run_rows(dataset, subset, searcher, None, "llm subset: A no-llm")
-            rows += run_rows(dataset, subset, searcher, client, "llm subset: A llm")
+            rows = [hybrid_row(dataset, subset, corpus).model_copy(update={"name": "llm subset: hybrid"})]
+            rows += run_rows(dataset, subset, corpus, None, "llm subset: A no-llm")
+            rows += run_rows(dataset, subset, corpus, client, "llm subset: A llm")
         return rows, counts
 
 
@@ -225,28 +224,48 @@ def main() -> None:
     parser.add_argument("--output", type=Path, default=RESULTS / "lit3r_retrieval.json")
     args = parser.parse_args()
     results = {dataset: evaluate(dataset, args.llm_questions, args.part) for dataset in args.datasets}
-    # Rows of earlier runs (other parts or datasets) are kept; rows of this run replace theirs by (dataset, name).
-    output = json.loads(args.output.read_text()) if args.output.is_file() else {"datasets": {}}
-    for dataset, (rows, counts) in results.items():
-        entry = output["datasets"].setdefault(dataset, {"rows": []})
-        entry.update(counts)
-        names = {row.name for row in rows}
-        entry["rows"] = [row for row in entry["rows"] if row["name"] not in names] + [r.model_dump() for r in rows]
     settings = Settings.load()
-    output.update(
-        benchmark="lit3r_retrieval",
-        machine={"python": platform.python_version(), "processor": platform.processor() or platform.machine(),
-                 "note": "2 shared CPU cores, heavily loaded by parallel jobs: wall times are upper bounds"},
-        llm={"backend": settings.llm.backend, "model": settings.llm.model, "cache": settings.llm.cache},
+    llm = {"backend": settings.llm.backend, "model": settings.llm.model, "cache": settings.llm.cache}
+    this_run = new_result(
+        "benchmarks/lit3r_retrieval.py",
+        [experiment(row) for rows, _ in results.values() for row in rows],
+        datasets=[
+            DatasetRef(name=dataset, path=repo_relative(DATASETS[dataset][0], REPO), split=DATASETS[dataset][1])
+            for dataset in results
+        ],
         settings={"retrieve": settings.retrieve.model_dump(mode="json"),
-                  "relate": settings.relate.model_dump(mode="json", exclude={"paper_vector_cache"})},
-    )
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(output, indent=2) + "\n")
+                  "relate": settings.relate.model_dump(mode="json", exclude={"paper_vector_cache"}), "llm": llm},
+    )  # fmt: skip
+
+    def merge(earlier: ResultFile | None) -> ResultFile:
+        """Rows of earlier runs (other parts or datasets) are kept; rows of this run replace theirs by name."""
+        counts = dict(earlier.details.get("counts", {})) if earlier else {}
+        for dataset, (_, measured) in results.items():
+            counts[dataset] = {**counts.get(dataset, {}), **measured}
+        return merged(earlier, this_run.model_copy(update={"details": {"counts": counts}}))
+
+    update_result(args.output, merge)
     print(HEADER)
-    for entry in output["datasets"].values():
-        for row in entry["rows"]:
-            print(format_row(Row.model_validate(row)))
+    for rows, _ in results.values():
+        for row in rows:
+            print(format_row(row))
+
+
+def experiment(row: Row) -> Experiment:
+    """A row as an experiment: recall (and recall over the multi-gold questions) as metrics, LLM use and time as
+    cost."""
+    return Experiment(
+        name=f"{row.dataset}: {row.name}",
+        method=row.name,
+        dataset=row.dataset,
+        queries=row.questions,
+        metrics={**row.recall, **{f"multi-gold {k}": value for k, value in row.multi_gold_recall.items()}},
+        cost=row.model_dump(
+            include={"llm_calls_per_question", "llm_cache_hits_per_question", "tokens_in_per_question",
+                     "tokens_out_per_question", "retrieve_seconds_per_question", "relate_seconds_per_question"}
+        ),
+        details=row.model_dump(include={"multi_gold_questions", "rounds_per_question", "reranker"}),
+    )  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -16,20 +16,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import statistics
 import sys
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 
 from pydantic import BaseModel
 
 from strata.config import LLMSettings
-from strata.llm import LLMError, parse_structured, prompt_registry
+from strata.eval.results import Experiment, new_result, write_result
+from strata.llm import LLMError, parse_structured
 from strata.llm.backend import GenerationOptions
-from strata.llm.check import CHECK_PASSAGE, CHECK_PROMPT, PaperFacts
+from strata.llm.check import CHECK_PASSAGE, CHECK_PROMPT, PaperFacts, check_prompts
 from strata.llm.embedded import EmbeddedBackend
 from strata.llm.trace import EvalTiming
 
@@ -84,7 +82,7 @@ def measure_model(model: str, configs: list[Config], repeats: int) -> list[Row]:
 
 
 def _run_once(backend: EmbeddedBackend, mode: str) -> tuple[str, EvalTiming, float]:
-    prompt = prompt_registry().render(CHECK_PROMPT, passage=CHECK_PASSAGE)
+    prompt = check_prompts().render(CHECK_PROMPT, passage=CHECK_PASSAGE)
     schema = PaperFacts.model_json_schema()
     options = GenerationOptions(max_tokens=256, temperature=0.0, seed=0)
     backend.forget_prompt_cache()
@@ -159,6 +157,16 @@ def _parses(text: str) -> bool:
     return True
 
 
+def experiment(row: Row) -> Experiment:
+    return Experiment(
+        name=f"{row.model} {row.mode} {row.n_threads} threads",
+        method=row.mode,
+        metrics=row.model_dump(include={"json_ok", "runs", "prompt_tokens_per_s", "generation_tokens_per_s"}),
+        cost=row.model_dump(include={"latency_s", "load_s", "prompt_tokens", "generated_tokens"}),
+        details=row.model_dump(include={"model", "n_threads", "n_threads_batch"}),
+    )
+
+
 def format_table(rows: list[Row]) -> str:
     header = (
         f"{'model':<20} {'mode':<18} {'thr':>3} {'load s':>6} {'json ok':>7} {'prompt tok':>10} {'prompt t/s':>10} "
@@ -191,24 +199,7 @@ def main() -> int:
             rows += measure_model(model, configs, args.repeats)
         except LLMError as error:
             print(f"  skipped: {error}", file=sys.stderr)
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(
-        json.dumps(
-            {
-                "benchmark": "embedded LLM speed, check_extract prompt, temperature 0, KV cache dropped per run, "
-                "configurations interleaved run by run, medians",
-                "date": datetime.now(UTC).isoformat(timespec="seconds"),
-                "machine": {
-                    "cpus": os.cpu_count(),
-                    "processor": platform.processor() or platform.machine(),
-                    "load_average_1m": os.getloadavg()[0],
-                },
-                "rows": [row.model_dump() for row in rows],
-            },
-            indent=2,
-        )
-        + "\n"
-    )
+    write_result(new_result("benchmarks/llm.py", [experiment(row) for row in rows]), RESULTS)
     print(format_table(rows))
     print(f"\nwritten to {RESULTS}")
     return 0

@@ -4,7 +4,7 @@
 
 The server runs as its own process (`strata serve` on 127.0.0.1 and a free port), so that it and the clients do
 not share one interpreter lock. Queries are the LitQA2 questions, cycled. Bounded: the clients stop at the deadline,
-the server is stopped at the end. Writes benchmarks/results/load.json and prints a table.
+the server is stopped at the end. Writes benchmarks/results/load.json (strata.eval.results) and prints a table.
 """
 
 from __future__ import annotations
@@ -12,8 +12,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
-import platform
 import socket
 import subprocess
 import sys
@@ -22,6 +20,8 @@ from pathlib import Path
 
 import httpx
 import numpy as np
+
+from strata.eval.results import DatasetRef, Experiment, new_result, repo_relative, write_result
 
 ROOT = Path(__file__).resolve().parent
 QUESTIONS = ROOT.parent.parent / "shared" / "data" / "litqa2" / "questions.jsonl"
@@ -112,28 +112,28 @@ def main() -> int:
     finally:
         server.terminate()
         server.wait(timeout=30)
-    result = {
-        "command": " ".join(["python", "benchmarks/load.py", *sys.argv[1:]]),
-        "clients": args.clients,
-        "seconds": args.seconds,
-        "method": args.method,
-        "k": args.k,
-        "queries": len(queries),
-        "corpus": {"papers": health["corpus"]["papers"], "chunks": health["corpus"]["chunks"]},
-        **outcome,
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                    "note": "2 cores shared with other jobs while measured: compare ratios, not absolutes"},
-    }
-    Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.output).write_text(json.dumps(result, indent=2) + "\n")
-    latency = result["latency_ms"]
+    latency = outcome["latency_ms"]
+    run = Experiment(
+        name=args.method, method=args.method, dataset="litqa2", queries=len(queries),
+        metrics={name: outcome[name] for name in ("requests_ok", "errors", "throughput_rps")},
+        cost={"elapsed_s": outcome["elapsed_s"], **{f"latency_{name}_ms": value for name, value in latency.items()}},
+        details={name: outcome[name] for name in ("error_kinds", "search_methods_served")},
+    )  # fmt: skip
+    result = new_result(
+        "benchmarks/load.py",
+        [run],
+        datasets=[DatasetRef(name="litqa2", path=repo_relative(QUESTIONS, ROOT.parent))],
+        settings={"clients": args.clients, "seconds": args.seconds, "k": args.k},
+        details={"corpus": {"papers": health["corpus"]["papers"], "chunks": health["corpus"]["chunks"]}},
+    )
+    write_result(result, Path(args.output))
     header = ("clients", "seconds", "ok", "errors", "req/s", "p50 ms", "p95 ms", "p99 ms")
     print(" ".join(f"{name:>8}" for name in header))
-    print(f"{args.clients:>8} {args.seconds:>8.0f} {result['requests_ok']:>8} {result['errors']:>8} "
-          f"{result['throughput_rps']:>8.1f} {latency['p50']:>8.1f} {latency['p95']:>8.1f} {latency['p99']:>8.1f}")
-    print(f"served: {', '.join(result['search_methods_served'])} over {result['corpus']['papers']} papers; "
+    print(f"{args.clients:>8} {args.seconds:>8.0f} {outcome['requests_ok']:>8} {outcome['errors']:>8} "
+          f"{outcome['throughput_rps']:>8.1f} {latency['p50']:>8.1f} {latency['p95']:>8.1f} {latency['p99']:>8.1f}")
+    print(f"served: {', '.join(outcome['search_methods_served'])} over {health['corpus']['papers']} papers; "
           f"written to {args.output}")
-    return 1 if result["errors"] else 0
+    return 1 if outcome["errors"] else 0
 
 
 if __name__ == "__main__":

@@ -3,24 +3,22 @@
     python benchmarks/ray_ingest.py [--limit N] [--ray-address ADDRESS]
 
 Both ingest the same PDFs (sorted by name; all 39 by default) into fresh homes under benchmarks/results/tmp/ray-ingest/
-with the default settings, then `strata.eval.stores.compare_stores` compares them. Writes
+with the default settings, then `strata.experiments.stores.compare_stores` compares them. Writes
 benchmarks/results/ray_ingest.json and prints a table.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import shutil
-import sys
 import time
 from pathlib import Path
 
 from strata.config import Settings
-from strata.eval.stores import compare_stores
-from strata.ingest import IngestReport, ingest
-from strata.ingest_ray import ingest_with_ray
+from strata.eval.results import DatasetRef, Experiment, new_result, repo_relative, write_result
+from strata.experiments.stores import compare_stores
+from strata.pipeline.ingest import IngestReport, ingest
+from strata.pipeline.ingest_ray import ingest_with_ray
 
 ROOT = Path(__file__).resolve().parent
 PDFS = ROOT.parent.parent / "shared" / "data" / "litqa2" / "pdfs"
@@ -41,13 +39,15 @@ def timed(run) -> tuple[IngestReport, float]:
     return report, time.perf_counter() - started
 
 
-def summary(report: IngestReport, seconds: float) -> dict[str, object]:
-    return {
-        "seconds": seconds,
-        "ok": report.count("ok"),
-        "failed": report.count("failed"),
-        "chunks": sum(outcome.chunks for outcome in report.files),
-    }
+def run(name: str, report: IngestReport, seconds: float) -> Experiment:
+    return Experiment(
+        name=name,
+        method=name,
+        dataset="litqa2-pdfs",
+        metrics={"ok": report.count("ok"), "failed": report.count("failed"),
+                 "chunks": sum(outcome.chunks for outcome in report.files)},
+        cost={"seconds": seconds},
+    )  # fmt: skip
 
 
 def main() -> None:
@@ -60,28 +60,25 @@ def main() -> None:
     local_report, local_s = timed(lambda: ingest(files, local))
     ray_report, ray_s = timed(lambda: ingest_with_ray(files, distributed, address=args.ray_address))
     diff = compare_stores(local, distributed)
-    results = {
-        "pdfs": len(files),
-        "cpus_usable": len(os.sched_getaffinity(0)),
-        "command": " ".join(["python benchmarks/ray_ingest.py", *sys.argv[1:]]),
-        "local": summary(local_report, local_s),
-        "ray": summary(ray_report, ray_s),
-        "same_outcomes": [(o.path, o.status) for o in local_report.files]
-        == [(o.path, o.status) for o in ray_report.files],
-        "diff": diff.model_dump(),
-        "same_store": diff.same(VECTOR_TOLERANCE),
-        "vector_tolerance": VECTOR_TOLERANCE,
-    }
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "ray_ingest.json").write_text(json.dumps(results, indent=2))
+    same_outcomes = [(o.path, o.status) for o in local_report.files] == [(o.path, o.status) for o in ray_report.files]
+    results = new_result(
+        "benchmarks/ray_ingest.py",
+        [run("local", local_report, local_s), run("ray", ray_report, ray_s)],
+        datasets=[DatasetRef(name="litqa2-pdfs", path=repo_relative(PDFS, ROOT.parent))],
+        settings={"vector_tolerance": VECTOR_TOLERANCE},
+        details={"pdfs": len(files), "same_outcomes": same_outcomes, "same_store": diff.same(VECTOR_TOLERANCE),
+                 "diff": diff.model_dump()},
+    )  # fmt: skip
+    write_result(results, RESULTS / "ray_ingest.json")
     print("| ingest | PDFs ok / failed | chunks | seconds |\n|---|---|---|---|")
-    for name in ("local", "ray"):
-        part = results[name]
-        print(f"| {name} | {part['ok']} / {part['failed']} | {part['chunks']:,} | {part['seconds']:.0f} |")
+    for part in results.experiments:
+        m = part.metrics
+        print(f"| {part.name} | {m['ok']:.0f} / {m['failed']:.0f} | {m['chunks']:,.0f} | {part.cost['seconds']:.0f} |")
     print(
-        f"same store: {results['same_store']} ({diff.papers} papers, {diff.chunks:,} chunks; max vector difference "
-        f"{diff.max_vector_difference:.2e}; papers only local/only Ray/different chunks: {len(diff.only_left)}/"
-        f"{len(diff.only_right)}/{len(diff.different_chunks)}); same file outcomes: {results['same_outcomes']}"
+        f"same store: {results.details['same_store']} ({diff.papers} papers, {diff.chunks:,} chunks; max vector "
+        f"difference {diff.max_vector_difference:.2e}; papers only local/only Ray/different chunks: "
+        f"{len(diff.only_left)}/{len(diff.only_right)}/{len(diff.different_chunks)}); same file outcomes: "
+        f"{same_outcomes}"
     )
 
 

@@ -12,13 +12,12 @@ Relate's paper-vector cache goes to benchmarks/results/tmp/. Writes benchmarks/r
 from __future__ import annotations
 
 import argparse
-import json
-import platform
 import sys
 from pathlib import Path
 
 from strata.config import Settings
-from strata.eval.qa import QAEvalResult, QAPrediction, run_qa_eval
+from strata.eval.qa import QAEvalResult, QAPrediction, qa_dataset, qa_experiment, run_qa_eval
+from strata.eval.results import DatasetRef, Experiment, ResultFile, merged, new_result, repo_relative, update_result
 
 ROOT = Path(__file__).resolve().parent
 REPO = ROOT.parent
@@ -63,42 +62,29 @@ def show(prediction: QAPrediction) -> None:
     )
 
 
-def summary(result: QAEvalResult, args: argparse.Namespace, name: str) -> dict:
-    return {
-        "caps": {
-            "max_papers": args.max_papers,
-            "passages_per_paper": args.passages,
-            "max_evidence": args.max_evidence,
-            "llm_retrieval": args.llm_retrieval,
-            "choice": args.choice,
-            "limit": result.limit,
-            "overrides": RUN_OVERRIDES[name],
-        },
-        "models": {
-            "llm_backend": result.llm_backend, "llm_model": result.llm_model, "embedding": result.embedding_model
-        },
-        "questions": result.queries,
+def experiment(result: QAEvalResult, args: argparse.Namespace, name: str) -> Experiment:
+    """The run as an experiment named after its dataset and option choice, with the caps it ran under."""
+    run = qa_experiment(result, f"{name} ({args.choice})")
+    caps = {
+        "max_papers": args.max_papers,
+        "passages_per_paper": args.passages,
+        "max_evidence": args.max_evidence,
+        "llm_retrieval": args.llm_retrieval,
+        "choice": args.choice,
         "limit": result.limit,
-        "metrics": result.metrics,
-        "llm_calls": result.llm.calls,
-        "llm_tokens_in": result.llm.tokens_in,
-        "llm_tokens_out": result.llm.tokens_out,
-        "llm_cache_hits": result.llm.cache_hits,
-        "wall_s": result.wall_s,
-        "seconds_per_question": result.wall_s / max(result.queries, 1),
-        "dataset_fingerprint": result.dataset_fingerprint,
-        "result_file": result.result_file,
+        "overrides": RUN_OVERRIDES[name],
     }
+    return run.model_copy(update={"details": {"caps": caps, "models": run.details["models"]}})
 
 
-def table(results: dict[str, dict]) -> str:
+def table(result: ResultFile) -> str:
     lines = [f"{'dataset':<10} {'n':>3}  metrics", "-" * 100]
-    for name, row in results.items():
-        metrics = "  ".join(f"{key} {value:.3f}" for key, value in row["metrics"].items())
-        lines.append(f"{name:<10} {row['questions']:>3}  {metrics}")
+    for run in result.experiments:
+        metrics = "  ".join(f"{key} {value:.3f}" for key, value in run.metrics.items())
+        lines.append(f"{run.name:<10} {run.queries:>3}  {metrics}")
         lines.append(
-            f"{'':<14} {row['llm_calls']} LLM calls, {row['llm_tokens_in']} tokens in, {row['llm_tokens_out']} out, "
-            f"{row['seconds_per_question']:.0f} s/question"
+            f"{'':<14} {run.cost['llm_calls']:.0f} LLM calls, {run.cost['llm_tokens_in']:.0f} tokens in, "
+            f"{run.cost['llm_tokens_out']:.0f} out, {run.cost['seconds_per_question']:.0f} s/question"
         )
     return "\n".join(lines)
 
@@ -116,12 +102,13 @@ def main() -> int:
                         help="read.choice: how the multiple-choice option is picked (results are kept per method)")
     args = parser.parse_args()
     WORK.mkdir(parents=True, exist_ok=True)
-    results: dict[str, dict] = {}
-    runs = [
+    runs: list[Experiment] = []
+    datasets: list[DatasetRef] = []
+    sets = [
         ("scifact", DATA / "scifact" / "original", "dev", args.scifact_limit, SCIFACT_STORE),
         ("litqa2", DATA / "litqa2", None, args.litqa2_limit, LITQA2_STORE),
     ]
-    for name, folder, split, limit, store in runs:
+    for name, folder, split, limit, store in sets:
         if limit <= 0:
             continue
         print(f"{name}: {limit} questions", file=sys.stderr, flush=True)
@@ -129,18 +116,12 @@ def main() -> int:
             settings_for(name, args), folder, split=split, limit=limit, output_dir=WORK, store_home=store,
             progress=show,
         )
-        results[f"{name} ({args.choice})"] = summary(result, args, name)
-    # Datasets run separately (one per invocation on a busy machine) keep each other's entries.
-    path = RESULTS / "read.json"
-    earlier = json.loads(path.read_text(encoding="utf-8"))["results"] if path.is_file() else {}
-    output = {
-        "machine": {"platform": platform.platform(), "python": platform.python_version()},
-        "scifact_selection": "the first dev claims (file order) that have rationale sentences",
-        "results": earlier | results,
-    }
-    RESULTS.mkdir(exist_ok=True)
-    path.write_text(json.dumps(output, indent=2), encoding="utf-8")
-    print(table(output["results"]))
+        runs.append(experiment(result, args, name))
+        datasets.append(qa_dataset(result).model_copy(update={"path": repo_relative(folder, REPO)}))
+    # Datasets run separately (one per invocation on a busy machine) keep each other's experiments.
+    this_run = new_result("benchmarks/read.py", runs, datasets=datasets)
+    output = update_result(RESULTS / "read.json", lambda earlier: merged(earlier, this_run))
+    print(table(output))
     return 0
 
 

@@ -4,14 +4,13 @@
         [--only crash,fuzz,llm] [--reuse-fuzz]
 
 The harnesses live in tests/fuzz/ (the CI tests run them small). Writes benchmarks/results/reliability.json and prints
-the table for the closing note; work files go to benchmarks/results/tmp/reliability/ (ignored by git).
+its table as benchmarks/RESULTS.md shows it; work files go to benchmarks/results/tmp/reliability/ (ignored by git).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import platform
 import resource
 import shutil
 import subprocess
@@ -25,6 +24,8 @@ sys.path.insert(0, str(ROOT.parent / "tests"))
 
 from fuzz.crash import clean_ingest, run_trial, small_encoder  # noqa: E402
 from fuzz.hostile import FuzzRun, mutations, named_cases, seeds  # noqa: E402
+
+from strata.eval.results import DatasetRef, Experiment, merged, new_result, repo_relative, update_result  # noqa: E402
 
 DATA = ROOT.parent.parent / "shared" / "data"
 PDFS = DATA / "litqa2" / "pdfs"
@@ -195,27 +196,22 @@ def llm_benchmark(repeats: int) -> dict:
     }
 
 
-def table(report: dict) -> str:
-    crash, fuzz, llm = report.get("crash", {}), report.get("fuzz", {}), report.get("llm", {})
-    outcomes = fuzz.get("outcomes", {})
-    fuzz_crashes = outcomes.get("crash", 0) + (1 if fuzz and fuzz.get("worker_returncode") else 0)
-    rows = [
-        ("crash trials run (SIGKILL + rerun)", crash.get("trials", "-")),
-        ("  of them with the dense index on", crash.get("dense_trials", "-")),
-        ("faults injected: ingest kills", crash.get("kills", "-")),
-        ("faults injected: LLM requests failed", llm.get("faults_injected", "-")),
-        ("inputs fuzzed (named + hypothesis)", fuzz.get("inputs", "-")),
-        ("  parsed / clear per-file error", f"{outcomes.get('parsed', 0)} / {outcomes.get('error', 0)}"),
-        ("documents lost", crash.get("papers_lost", "-")),
-        ("crash trials with a difference from a clean ingest", crash.get("failed_trials", "-")),
-        ("crashes (fuzz inputs escaping the per-file path)", fuzz_crashes if fuzz else "-"),
-        ("hangs (past the per-file limit + 5 s)", outcomes.get("hang", 0) if fuzz else "-"),
-        ("fuzz peak memory (MB, under a limit of)", f"{fuzz.get('peak_rss_mb')} ({fuzz.get('memory_limit_mb')})"),
-        ("LLM calls ending in a clear error / all", f"{llm.get('clear_errors')} / {llm.get('calls')}" if llm else "-"),
-        ("LLM slowest call (s, bound)", f"{llm.get('max_seconds')} ({llm.get('bound_s')})" if llm else "-"),
-    ]  # fmt: skip
-    width = max(len(name) for name, _ in rows)
-    return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)
+# Section -> (method, its numbers that are metrics, its numbers that are costs); the rest of a section is details.
+SECTIONS = {
+    "crash": ("SIGKILL during ingest, then rerun",
+              ("trials", "trials_with_a_kill", "kills", "dense_trials", "papers_lost", "failed_trials"), ()),
+    "fuzz": ("hostile parser inputs", ("inputs", "named_cases"), ("slowest_s", "peak_rss_mb", "seconds")),
+    "llm": ("failing LLM servers", ("calls", "faults_injected", "clear_errors"), ("max_seconds",)),
+}  # fmt: skip
+
+
+def experiment(name: str, section: dict) -> Experiment:
+    method, metric_names, cost_names = SECTIONS[name]
+    metrics = {key: section[key] for key in metric_names if key in section} | section.get("outcomes", {})
+    cost = {key: section[key] for key in cost_names if key in section}
+    details = {key: value for key, value in section.items() if key not in {*metric_names, *cost_names, "outcomes"}}
+    dataset = "litqa2-pdfs" if name == "crash" else None
+    return Experiment(name=name, method=method, dataset=dataset, metrics=metrics, cost=cost, details=details)
 
 
 def main() -> int:
@@ -242,18 +238,23 @@ def main() -> int:
         crash_shard(args.shard, [int(n) for n in args.trial_numbers.split(",")], args.kills, args.seed, args.out)
         return 0
     only = set(args.only.split(","))
-    # Sections not run this time keep their last results, so parts can be rerun on their own.
-    report: dict = json.loads(args.out.read_text()) if args.out.is_file() else {}
-    report |= {"machine": platform.platform(), "started": time.strftime("%Y-%m-%d %H:%M:%S"),
-               f"command_{'_'.join(sorted(only))}": " ".join(sys.argv)}  # fmt: skip
+    sections = {}
     if "llm" in only:
-        report["llm"] = llm_benchmark(args.llm_repeats)
+        sections["llm"] = llm_benchmark(args.llm_repeats)
     if "fuzz" in only:
-        report["fuzz"] = fuzz_benchmark(args.fuzz, args.reuse_fuzz)
+        sections["fuzz"] = fuzz_benchmark(args.fuzz, args.reuse_fuzz)
     if "crash" in only:
-        report["crash"] = crash_benchmark(args.trials, args.kills, args.seed, args.dense_trials, args.shards)
-    args.out.write_text(json.dumps(report, indent=1))
-    print(table(report))
+        sections["crash"] = crash_benchmark(args.trials, args.kills, args.seed, args.dense_trials, args.shards)
+    this_run = new_result(
+        "benchmarks/reliability.py",
+        [experiment(name, section) for name, section in sections.items()],
+        datasets=[DatasetRef(name="litqa2-pdfs", path=repo_relative(PDFS, ROOT.parent))] if "crash" in sections else [],
+    )
+    # Sections not run this time keep their last results, so parts can be rerun on their own.
+    written = update_result(args.out, lambda earlier: merged(earlier, this_run))
+    from report import reliability_section  # benchmarks/report.py, this folder being on sys.path
+
+    print(reliability_section(args.out.name, written))
     return 0
 
 

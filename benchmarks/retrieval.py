@@ -11,19 +11,20 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import shutil
 import sys
 import time
 from pathlib import Path
 
 from strata.config import Settings
-from strata.eval.retrieval import RetrievalEvalResult, run_retrieval_eval
-from strata.index import CorpusIndex
-from strata.ingest import ingest, open_store
+from strata.corpus import Corpus
+from strata.eval.results import DatasetRef, ResultFile, new_result, repo_relative, write_result
+from strata.eval.retrieval import RetrievalEvalResult, retrieval_experiment, run_retrieval_eval
+from strata.pipeline.ingest import ingest
 
 ROOT = Path(__file__).resolve().parent
-DATA = ROOT.parent.parent / "shared" / "data"
+REPO = ROOT.parent
+DATA = REPO.parent / "shared" / "data"
 SCIFACT = DATA / "scifact" / "beir"
 LITQA2_PDFS = DATA / "litqa2" / "pdfs"
 RESULTS = ROOT / "results"
@@ -41,9 +42,9 @@ def build_scifact(home: Path) -> dict[str, float]:
     shutil.rmtree(home, ignore_errors=True)
     report = ingest([SCIFACT / "corpus.jsonl"], settings_for(home, **{"index.dense": False}))
     settings = settings_for(home)
-    with open_store(settings) as store:
-        chunks = store.stats().chunks
-        dense = CorpusIndex(store, settings).sync()
+    with Corpus.open(settings) as corpus:
+        chunks = corpus.store.stats().chunks
+        dense = corpus.index.sync()
     build = {
         "papers": sum(outcome.papers_added for outcome in report.files),
         "chunks": chunks,
@@ -110,39 +111,41 @@ def main() -> int:
         print("ingesting the LitQA2 PDFs ...", file=sys.stderr)
         litqa2 = ingest_litqa2(WORK / "litqa2-store")
 
-    summary = {
-        "machine": {"python": platform.python_version(), "cpus": __import__("os").cpu_count()},
-        "dataset": {"name": "scifact", "split": "test", "queries": results[0].queries,
-                    "fingerprint": results[0].dataset_fingerprint},
-        "scifact_build": build,
-        "methods": [
-            {"method": r.method, **r.metrics, "latency_p50_ms": r.timings.latency_p50_ms,
-             "latency_p95_ms": r.timings.latency_p95_ms, "published_ndcg@10": PUBLISHED.get(r.method)}
-            for r in results
-        ],
-        "settings": {"search": results[0].search.model_dump(mode="json"),
-                     "index": results[0].index.model_dump(mode="json"),
-                     "chunking": results[0].chunking.model_dump(mode="json")},
-        "litqa2_ingest": litqa2,
-    }
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "retrieval.json").write_text(json.dumps(summary, indent=2))
+    experiments = [
+        retrieval_experiment(r, r.method).model_copy(
+            update={"details": {"published_nDCG@10": PUBLISHED[r.method]} if r.method in PUBLISHED else {}}
+        )
+        for r in results
+    ]
+    fingerprint = results[0].dataset_fingerprint
+    datasets = [DatasetRef(name="scifact", path=repo_relative(SCIFACT, REPO), fingerprint=fingerprint, split="test")]
+    if litqa2:
+        datasets.append(DatasetRef(name="litqa2-pdfs", path=repo_relative(LITQA2_PDFS, REPO)))
+    summary = new_result(
+        "benchmarks/retrieval.py",
+        experiments,
+        datasets=datasets,
+        settings={name: getattr(results[0], name).model_dump(mode="json") for name in ("search", "index", "chunking")},
+        details={"scifact_build": build, "litqa2_ingest": litqa2},
+    )
+    write_result(summary, RESULTS / "retrieval.json")
     print(format_table(summary))
     return 0
 
 
-def format_table(summary: dict) -> str:
-    lines = [f"SciFact BEIR test ({summary['dataset']['queries']} queries), results = papers, k=100",
+def format_table(summary: ResultFile) -> str:
+    lines = [f"SciFact BEIR test ({summary.experiments[0].queries} queries), results = papers, k=100",
              f"{'method':<12} {'nDCG@10':>8} {'R@10':>7} {'R@100':>7} {'MRR@10':>7} {'p50 ms':>8} {'p95 ms':>8}"]
-    for row in summary["methods"]:
-        lines.append(f"{row['method']:<12} {row['nDCG@10']:>8.4f} {row['R@10']:>7.4f} {row['R@100']:>7.4f} "
-                     f"{row['MRR@10']:>7.4f} {row['latency_p50_ms']:>8.1f} {row['latency_p95_ms']:>8.1f}")
-    build = summary["scifact_build"]
+    for row in summary.experiments:
+        m = row.metrics
+        lines.append(f"{row.method:<12} {m['nDCG@10']:>8.4f} {m['R@10']:>7.4f} {m['R@100']:>7.4f} "
+                     f"{m['MRR@10']:>7.4f} {row.cost['latency_p50_ms']:>8.1f} {row.cost['latency_p95_ms']:>8.1f}")
+    build = summary.details["scifact_build"]
     lines.append(f"index build: {build['papers']} papers, {build['chunks']} chunks; parse+store "
                  f"{build['parse_store_seconds']:.1f}s, BM25 {build['bm25_index_seconds']:.1f}s, dense "
                  f"{build['dense_index_seconds']:.1f}s ({build['dense_chunks_per_second']:.1f} chunks/s)")
-    if summary["litqa2_ingest"]:
-        lit = summary["litqa2_ingest"]
+    if summary.details["litqa2_ingest"]:
+        lit = summary.details["litqa2_ingest"]
         lines.append(f"LitQA2 ingest: {lit['pdfs']} PDFs ({lit['failed']} failed), {lit['pages']} pages, "
                      f"{lit['chunks']} chunks; parse+store {lit['parse_store_seconds']:.1f}s "
                      f"({lit['parse_pages_per_second']:.2f} pages/s), index {lit['index_seconds']:.1f}s "

@@ -5,7 +5,7 @@
 
 On 2 cores the three sizes build in about 20 s, 15 min and 1 h; 2.5M chunks peak at ~10 GB RSS and ~10 GB of disk.
 
-Scale part: a corpus of real SciFact sentences recombined into chunks (strata.eval.scale_corpus; vectors derived from
+Scale part: a corpus of real SciFact sentences recombined into chunks (strata.experiments.scale_corpus; vectors derived from
 the real SciFact embeddings, see there) is streamed into a SQLite store and indexed (tantivy + faiss, HNSW above
 index.hnsw_above), each size in its own process so peak RSS is that size's. Then the first `--queries` SciFact test
 claims are searched, alternating Strata's hybrid search with tantivy + faiss called directly (same indices, same query
@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import resource
 import sqlite3
 import subprocess
@@ -33,15 +32,13 @@ from pathlib import Path
 import numpy as np
 
 from strata.config import Settings
+from strata.corpus import Corpus
 from strata.eval.beir import load_beir
+from strata.eval.results import DatasetRef, Experiment, ResultFile, merged, new_result, repo_relative, update_result
 from strata.eval.retrieval import evaluate_run
-from strata.eval.scale_corpus import ScaleCorpus, SourceText
-from strata.index import CorpusIndex
+from strata.experiments.scale_corpus import ScaleCorpus, SourceText
 from strata.index.migrate import migrate, vectors_from
 from strata.retrieve.fusion import reciprocal_rank_fusion
-from strata.retrieve.hybrid import HybridSearcher
-from strata.store import open_store
-from strata.store.sqlite import CorpusStore
 
 ROOT = Path(__file__).resolve().parent
 REPO = ROOT.parent
@@ -63,13 +60,12 @@ def scifact_store_home() -> Path:
 
 def load_source() -> SourceText:
     home = scifact_store_home()
-    settings = Settings.load(overrides={"store.home": str(home)})
-    store = CorpusStore(home / "corpus.sqlite3")
     stored, after = [], 0
-    while batch := store.chunks_after(after, limit=5000):
-        stored.extend(batch)
-        after = batch[-1].rowid
-    vectors = vectors_from(store, CorpusIndex(store, settings).dense)(stored)
+    with Corpus.open(Settings.load(overrides={"store.home": str(home)})) as scifact:
+        while batch := scifact.store.chunks_after(after, limit=5000):
+            stored.extend(batch)
+            after = batch[-1].rowid
+        vectors = vectors_from(scifact.store, scifact.vectors)(stored)
     return SourceText.from_chunks([s.chunk.text for s in stored], vectors, [s.paper_title for s in stored])
 
 
@@ -91,11 +87,11 @@ def build_and_search(chunks: int, queries: int) -> dict[str, object]:
     corpus = ScaleCorpus(load_source(), papers=chunks // CHUNKS_PER_PAPER, chunks_per_paper=CHUNKS_PER_PAPER)
     rss_before = peak_rss_mb()
     started = time.perf_counter()
-    store = CorpusStore(home / "corpus.sqlite3")
+    built = Corpus(settings)
     for paper in corpus.iter_papers():
-        store.put_paper(paper, "scale")
+        built.store.put_paper(paper, "scale")
     store_seconds = time.perf_counter() - started
-    report = CorpusIndex(store, settings).sync(vectors_of=corpus.vectors_of)
+    report = built.index.sync(vectors_of=corpus.vectors_of)
     build = {
         "chunks": corpus.chunks,
         "papers": corpus.papers,
@@ -114,19 +110,19 @@ def build_and_search(chunks: int, queries: int) -> dict[str, object]:
             "faiss": folder_bytes(home / "index" / "dense") / 2**20,
         },
     }
-    store.close()
+    built.close()
     return {"build": build, "search": measure_search(home, settings, queries)}
 
 
 def measure_search(home: Path, settings: Settings, queries: int) -> dict[str, object]:
     claims = [query.text for query in load_beir(SCIFACT).queries[:queries]]
-    store = CorpusStore(home / "corpus.sqlite3")
-    searcher = HybridSearcher(store, CorpusIndex(store, settings), settings.search)
+    corpus = Corpus(settings)
+    searcher, embedder = corpus.searcher, corpus.vectors.embedder
     started = time.perf_counter()
-    query_vectors = {text: searcher.index.dense.embedder.embed_query(text) for text in claims}
+    query_vectors = {text: embedder.embed_query(text) for text in claims}
     embed_ms = (time.perf_counter() - started) * 1000 / len(claims)
     # Both sides get the same precomputed query vectors: the ratio compares search, not the encoder.
-    searcher.index.dense.embedder.embed_query = query_vectors.__getitem__  # type: ignore[method-assign]
+    embedder.embed_query = query_vectors.__getitem__  # type: ignore[method-assign]
     direct = DirectSearch(home, settings, query_vectors)
     searches = {"strata": lambda text: searcher.search(text, K).paper_ids, "direct": direct.search}
     timings: dict[str, list[float]] = {"strata": [], "direct": []}
@@ -144,7 +140,7 @@ def measure_search(home: Path, settings: Settings, queries: int) -> dict[str, ob
             timings[side].append((time.perf_counter() - started) * 1000)
         overlap.append(len(set(found["strata"]) & set(found["direct"])) / max(len(found["direct"]), 1))
     strata_ms, direct_ms = timings["strata"], timings["direct"]
-    store.close()
+    corpus.close()
     p = lambda values, q: float(np.percentile(values, q))  # noqa: E731
     return {
         "queries": len(claims),
@@ -157,7 +153,6 @@ def measure_search(home: Path, settings: Settings, queries: int) -> dict[str, ob
         "top10_paper_overlap": float(np.mean(overlap)),
         "query_embedding_ms": embed_ms,
         "depth": settings.search.depth,
-        "order": "Strata first on even queries, direct first on odd ones",
         "load_average_1min": os.getloadavg()[0],  # the machine is shared: read latencies against this
     }
 
@@ -214,20 +209,16 @@ def compare_backends() -> dict[str, object]:
         overrides={"store.home": str(WORK / "scifact-postgres"), "store.backend": "postgres"}
     )
     dataset = load_beir(SCIFACT)
-    source, target = CorpusStore(source_home / "corpus.sqlite3"), open_store(target_settings)
-    source_index, target_index = CorpusIndex(source, source_settings), CorpusIndex(target, target_settings)
+    source, target = Corpus(source_settings), Corpus(target_settings)
     migrate_seconds = 0.0
-    if target.stats().chunks != source.stats().chunks:
+    if target.store.stats().chunks != source.store.stats().chunks:
         started = time.perf_counter()
-        migrate(source, source_index, target, target_index)
+        migrate(source.store, source.index, target.store, target.index)
         migrate_seconds = time.perf_counter() - started
     results: dict[str, object] = {"queries": len(dataset.queries), "migrate_seconds": migrate_seconds}
-    for backend, store, index, settings in [
-        ("sqlite", source, source_index, source_settings),
-        ("postgres", target, target_index, target_settings),
-    ]:
-        searcher = HybridSearcher(store, index, settings.search)
-        searcher.index.dense.embedder.embed_query("warm-up")
+    for backend, opened in [("sqlite", source), ("postgres", target)]:
+        searcher = opened.searcher
+        opened.vectors.embedder.embed_query("warm-up")
         for method in ("bm25", "dense", "hybrid"):
             run, latencies = {}, []
             for query in dataset.queries:
@@ -243,6 +234,8 @@ def compare_backends() -> dict[str, object]:
             print(f"  {backend} {method}: nDCG@10 {ndcg:.4f}", file=sys.stderr)
     for method in ("bm25", "dense", "hybrid"):
         results[f"delta/{method}"] = results[f"postgres/{method}"]["nDCG@10"] - results[f"sqlite/{method}"]["nDCG@10"]
+    source.close()
+    target.close()
     return results
 
 
@@ -259,50 +252,51 @@ def run_size(chunks: int, queries: int, search_only: bool) -> dict[str, object]:
     return json.loads(completed.stdout.strip().splitlines()[-1])
 
 
-def extrapolate(measured: list[dict[str, object]], chunks: int) -> dict[str, float]:
+BUILD_COST = ("build_seconds", "store_seconds", "bm25_seconds", "dense_seconds", "peak_rss_mb", "source_rss_mb",
+              "disk_mb")  # fmt: skip
+SEARCH_COST = ("strata_p50_ms", "strata_p95_ms", "direct_p50_ms", "direct_p95_ms", "ratio_p50", "ratio_p95",
+               "query_embedding_ms")  # fmt: skip
+
+
+def size_experiments(chunks: int, entry: dict) -> list[Experiment]:
+    """A size's build (when it ran) and search as experiments; a search-only run replaces only the search."""
+    experiments = []
+    if "build" in entry:
+        build = entry["build"]
+        experiments.append(Experiment(
+            name=f"build {chunks}", method="build", dataset="scifact-recombined", group="build",
+            subset=f"{chunks} chunks", cost={key: build[key] for key in BUILD_COST},
+            details={key: value for key, value in build.items() if key not in BUILD_COST},
+        ))  # fmt: skip
+    search = entry["search"]
+    experiments.append(Experiment(
+        name=f"search {chunks}", method="hybrid", dataset="scifact-recombined", group="search",
+        subset=f"{chunks} chunks", queries=search["queries"],
+        metrics={"top10_paper_overlap": search["top10_paper_overlap"]}, cost={key: search[key] for key in SEARCH_COST},
+        details={"chunks": chunks, "depth": search["depth"], "load_average_1min": search["load_average_1min"]},
+    ))  # fmt: skip
+    return experiments
+
+
+def backend_experiments(backends: dict) -> list[Experiment]:
+    return [
+        Experiment(
+            name=key, method=key.split("/")[1], dataset="scifact", group="backends", subset=key.split("/")[0],
+            queries=backends["queries"], metrics={"nDCG@10": value["nDCG@10"]},
+            cost={"p50_ms": value["p50_ms"], "p95_ms": value["p95_ms"]},
+        )
+        for key, value in backends.items()
+        if isinstance(value, dict)
+    ]  # fmt: skip
+
+
+def extrapolate(builds: list[Experiment], chunks: int) -> dict[str, float]:
     """Linear growth from the two largest measured sizes (an estimate, labelled as such in the output)."""
-    low, high = measured[-2]["build"], measured[-1]["build"]
+    low, high = (build.cost | {"chunks": build.details["chunks"]} for build in builds[-2:])
     scale = (chunks - high["chunks"]) / (high["chunks"] - low["chunks"])
     grow = lambda key: high[key] + (high[key] - low[key]) * scale  # noqa: E731
     return {"chunks": chunks, "build_seconds": grow("build_seconds"), "peak_rss_mb": grow("peak_rss_mb"),
             "disk_mb": grow("disk_mb")}
-
-
-def table(results: dict[str, object]) -> str:
-    lines = [
-        "| chunks | dense | build s | s / 1k chunks | peak RSS MB | disk MB | Strata p50 / p95 ms | direct p50 / p95 ms"
-        " | ratio p50 / p95 |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
-    for entry in results.get("sizes", []):
-        b, s = entry["build"], entry["search"]
-        per_1k = 1000 * b["build_seconds"] / b["chunks"]
-        lines.append(
-            f"| {b['chunks']:,} | {b['dense_kind']} | {b['build_seconds']:.0f} | {per_1k:.2f} | {b['peak_rss_mb']:.0f}"
-            f" | {b['disk_mb']:.0f} | {s['strata_p50_ms']:.1f} / {s['strata_p95_ms']:.1f}"
-            f" | {s['direct_p50_ms']:.1f} / {s['direct_p95_ms']:.1f} | {s['ratio_p50']:.2f} / {s['ratio_p95']:.2f} |"
-        )
-    if "extrapolated" in results:
-        e = results["extrapolated"]
-        lines.append(
-            f"| {e['chunks']:,} EXTRAPOLATED (linear from the two largest sizes, not measured) | hnsw"
-            f" | ~{e['build_seconds']:.0f} | | ~{e['peak_rss_mb']:.0f} | ~{e['disk_mb']:.0f} | | | |"
-        )
-    if "backends" in results:
-        b = results["backends"]
-        lines += [
-            "",
-            "| SciFact nDCG@10 (300 claims) | sqlite (tantivy + faiss) | postgres (SQL BM25 + pgvector) | delta"
-            " | p50 ms sqlite / pg |",
-            "|---|---|---|---|---|",
-        ]
-        for method in ("bm25", "dense", "hybrid"):
-            lite, pg = b[f"sqlite/{method}"], b[f"postgres/{method}"]
-            lines.append(
-                f"| {method} | {lite['nDCG@10']:.4f} | {pg['nDCG@10']:.4f} | {b[f'delta/{method}']:+.4f}"
-                f" | {lite['p50_ms']:.1f} / {pg['p50_ms']:.1f} |"
-            )
-    return "\n".join(lines)
 
 
 def main() -> None:
@@ -323,40 +317,38 @@ def main() -> None:
                   else build_and_search(args.child, args.queries))
         print(json.dumps(result))
         return
-    output = args.output
-    results: dict[str, object] = json.loads(output.read_text()) if output.is_file() else {}
-    results["machine"] = {
-        "python": platform.python_version(),
-        "cpus": os.cpu_count(),
-        "cpus_usable": len(os.sched_getaffinity(0)),
-        "nice": os.nice(0),
-        "omp_threads": os.environ.get("OMP_NUM_THREADS", "unset"),
-    }
-    command = " ".join(["python benchmarks/scale.py", *sys.argv[1:]])
-    results["corpus"] = (
-        "SciFact sentences recombined (4-8 per chunk, 93 chunks per paper, real titles); chunk vectors are normalised "
-        "sums of the real MiniLM vectors of the sentences' source chunks, not embeddings of the chunk text"
-    )
+    datasets = [DatasetRef(name="scifact-recombined", path=repo_relative(SCIFACT, REPO)),
+                DatasetRef(name="scifact", path=repo_relative(SCIFACT, REPO), split="test")]  # fmt: skip
+    this_run: list[Experiment] = []
+    details: dict[str, object] = {}
+
+    def merge(earlier: ResultFile | None) -> ResultFile:
+        result = merged(earlier, new_result("benchmarks/scale.py", this_run, datasets=datasets, details=details))
+        if args.skip_scale:
+            return result
+        builds = sorted((e for e in result.experiments if e.group == "build"), key=lambda e: e.details["chunks"])
+        kept = {key: value for key, value in result.details.items() if key != "extrapolated"}  # a stale estimate
+        if len(builds) >= 2 and args.extrapolate_to // CHUNKS_PER_PAPER > builds[-1].details["papers"]:
+            kept["extrapolated"] = extrapolate(builds, args.extrapolate_to)  # must not outlive a measurement
+        return result.model_copy(update={"details": kept})
+
     if not args.skip_scale:
-        by_size = {entry["build"]["chunks"]: entry for entry in results.get("sizes", [])}
         for chunks in args.sizes:
             print(f"scale: {chunks:,} chunks", file=sys.stderr)
             entry = run_size(chunks, args.queries, args.search_only)
-            for part in entry.values():  # build and search of one size may come from different runs
-                part["command"] = command
-            key = (chunks // CHUNKS_PER_PAPER) * CHUNKS_PER_PAPER
-            by_size[key] = {**by_size[key], **entry} if args.search_only else entry
-            results["sizes"] = sizes = [by_size[size] for size in sorted(by_size)]
-            output.write_text(json.dumps(results, indent=2))
-        results.pop("extrapolated", None)  # a stale estimate must not outlive a measurement of that size
-        if len(sizes) >= 2 and args.extrapolate_to // CHUNKS_PER_PAPER > sizes[-1]["build"]["papers"]:
-            results["extrapolated"] = extrapolate(sizes, args.extrapolate_to)
+            this_run += size_experiments((chunks // CHUNKS_PER_PAPER) * CHUNKS_PER_PAPER, entry)
+            update_result(args.output, merge)  # after each size, so a stopped run keeps what it measured
     if not args.skip_backends:
         print("backends: SciFact on sqlite and postgres", file=sys.stderr)
-        results["backends"] = compare_backends() | {"command": command}
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    output.write_text(json.dumps(results, indent=2))
-    print(table(results))
+        backends = compare_backends()
+        this_run += backend_experiments(backends)
+        deltas = {key.split("/")[1]: value for key, value in backends.items() if key.startswith("delta/")}
+        details["backends"] = {"migrate_seconds": backends["migrate_seconds"], "delta": deltas}
+    written = update_result(args.output, merge)
+    # benchmarks/report.py (this folder is on sys.path), imported only here: no plotting library in a size's RSS
+    from report import scale_section
+
+    print(scale_section(args.output.name, written))
 
 
 if __name__ == "__main__":

@@ -17,17 +17,14 @@ parts and books can run as separate processes (e.g. one `--small-books` per core
 a lent GPU needs into an ignored folder (job, model split into parts under the 64 MiB transfer limit, wheels);
 `benchmarks/stair_gpu.sh` runs `gpu` there on whole books; `collect` scores the runs it sends back. Gold is a
 section (module); a predicted leaf matches when the gold path is a prefix of its path (strata.eval.toc). Results:
-benchmarks/results/stair-cpu.json, stair-gpu.json, per-query files in benchmarks/results/stair/ (the format
-`strata.eval.compare` reads), and a printed table.
+benchmarks/results/stair-cpu.json, stair-gpu.json (strata.eval.results), per-query files in benchmarks/results/stair/
+(result files `strata.eval.compare` reads), and the tables as benchmarks/RESULTS.md shows them.
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
-import json
-import os
-import platform
 import random
 import subprocess
 import sys
@@ -39,6 +36,7 @@ REPO = ROOT.parent
 sys.path.insert(0, str(REPO / "src"))  # the device machine runs from a bare copy of the tree
 
 DATA = REPO.parent / "shared" / "data" / "openstax-toc-qa"
+DATASET_NAME = "openstax-toc-qa"
 BOOKS = ("psychology-2e", "introduction-sociology-3e")
 RESULTS = ROOT / "results"
 PER_QUERY = RESULTS / "stair"
@@ -129,9 +127,12 @@ def score(method: str, scope: str, queries, rankings, tag: str):
 
 def record(result, tag: str):
     """The per-query file of a method's result (what strata.eval.compare reads), logged."""
-    PER_QUERY.mkdir(parents=True, exist_ok=True)
+    from strata.eval.results import new_result, write_result
+    from strata.eval.toc import toc_experiment
+
     path = PER_QUERY / f"{tag}-{result.scope}-{result.method}.json"
-    path.write_text(result.model_dump_json(indent=1))
+    experiment = toc_experiment(result, path.stem, DATASET_NAME, tag)
+    write_result(new_result("benchmarks/stair.py", [experiment], datasets=[dataset_ref()]), path)
     log(f"{tag} {result.scope} {result.method}: " + ", ".join(f"{k} {v:.3f}" for k, v in result.metrics.items()))
     return result, path
 
@@ -180,39 +181,68 @@ def paired_tests(methods: dict, system: str, metric: str = "R@1") -> list[dict]:
     return tests
 
 
-def table(title: str, methods: dict) -> str:
-    scopes = sorted({scope for entry in methods.values() for scope in entry if scope != "all"})
-    header = "| method | scope | n | R@1 | R@3 | nDCG@3 | halluc. | ms/query |\n|---|---|---|---|---|---|---|---|"
-    rows = []
-    for name, entry in methods.items():
-        for scope in ("all", *scopes):
-            if scope not in entry:
-                continue
-            cell = entry[scope]
-            m = cell["metrics"]
-            halluc = f"{m['hallucination']:.3f}" if "hallucination" in m else "0 (by construction)"
-            rows.append(
-                f"| {name} | {scope} | {cell['queries']} | {m['R@1']:.3f} | {m['R@3']:.3f} | {m['nDCG@3']:.3f} | "
-                f"{halluc} | {cell['latency_ms_mean']:.0f} |"
-            )
-    return f"### {title}\n\n{header}\n" + "\n".join(rows)
+def dataset_ref():
+    from strata.eval.results import DatasetRef, repo_relative
+
+    return DatasetRef(name=DATASET_NAME, path=repo_relative(DATA, REPO), split="test")
 
 
-def write_results(name: str, results: dict) -> None:
-    """Merged into the file as it is now: parts run by separate processes (or earlier runs) keep their keys. The
-    read-merge-write holds a lock and replaces the file whole, so concurrent parts neither lose nor tear it."""
-    import fcntl
+def part_experiments(key: str, part: dict) -> list:
+    """A part's cells (method -> scope -> cell) as experiments of the results file; `methods_of` inverts it."""
+    from strata.eval.results import Experiment
 
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / name
-    with (RESULTS / f".{name}.lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        merged = json.loads(path.read_text()) if path.is_file() else {}
-        merged.update(results)
-        partial = path.with_suffix(".json.partial")
-        partial.write_text(json.dumps(merged, indent=2))
-        os.replace(partial, path)
-    log(f"wrote {path}")
+    return [
+        Experiment(
+            name=f"{key}/{method}/{scope}", method=method, dataset=DATASET_NAME, subset=scope, group=key,
+            queries=cell["queries"], metrics=cell["metrics"],
+            cost={"latency_ms_mean": cell["latency_ms_mean"], "latency_ms_p50": cell["latency_ms_p50"]},
+            per_query=cell["per_query_file"],
+        )
+        for method, scopes in part["methods"].items()
+        for scope, cell in scopes.items()
+    ]  # fmt: skip
+
+
+def methods_of(result, group: str) -> dict:
+    """The cells of a part of a results file, by method and scope, as the part was built."""
+    methods: dict = {}
+    for e in result.experiments:
+        if e.group == group:
+            cell = {"queries": e.queries, "metrics": e.metrics, **e.cost, "per_query_file": e.per_query}
+            methods.setdefault(e.method, {})[e.subset] = cell
+    return methods
+
+
+def write_results(name: str, parts: dict):
+    """Merged into the file as it is now: parts run by separate processes (or earlier runs) keep theirs, a part
+    measured again replaces all of its experiments. The read-merge-write holds a lock and replaces the file whole, so
+    concurrent parts neither lose nor tear it."""
+    from strata.eval.results import merged, new_result, update_result
+
+    this_run = new_result(
+        "benchmarks/stair.py",
+        [experiment for key, part in parts.items() for experiment in part_experiments(key, part)],
+        datasets=[dataset_ref()],
+        settings={"k": K, "seed": SEED},
+    )
+
+    def merge(earlier):
+        kept = earlier and earlier.model_copy(
+            update={"experiments": [e for e in earlier.experiments if e.group not in parts]}
+        )
+        described = {key: {k: v for k, v in part.items() if k != "methods"} for key, part in parts.items()}
+        details = {"parts": (earlier.details.get("parts", {}) if earlier else {}) | described}
+        return merged(kept, this_run).model_copy(update={"details": details})
+
+    result = update_result(RESULTS / name, merge)
+    log(f"wrote {RESULTS / name}")
+    return result
+
+
+def print_tables(name: str, result) -> None:
+    from report import toc_sections  # benchmarks/report.py (this folder is on sys.path)
+
+    print("\n" + toc_sections({name: result}))
 
 
 # --- cpu
@@ -230,59 +260,42 @@ def run_cpu(args: argparse.Namespace) -> None:
         raise SystemExit(f"unknown small books {sorted(set(small_names) - set(SMALL_BOOKS))}; choose from "
                          f"{', '.join(SMALL_BOOKS)}")
     settings = Settings.load()
-    header = {
-        "dataset": "openstax-toc-qa: psychology-2e, introduction-sociology-3e; test = all author-written questions",
-        "match": "a leaf matches when the gold (section) path is a prefix of its path; rankings are read at "
-        "the gold's depth, first occurrence counts (strata.eval.toc)",
-        "k": K,
-        "seed": SEED,
-        "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs (shared)",
-    }
     books = {name: load_book(name) for name in BOOKS}
-    measured = {}
+    written = None
     if "full" in parts:
-        measured["full_books"] = full_book_baselines(books, settings)
-        write_results("stair-cpu.json", {**header, **measured})
+        written = write_results("stair-cpu.json", {"full_books": full_book_baselines(books, settings)})
     if "zero-shot" in parts:
         sets = [(document_toc(paper), llm_sample(queries, args.llm_sample)) for paper, queries in books.values()]
-        measured["zero_shot_llm"] = zero_shot_llm(
-            sets,
-            settings,
-            f"Zero-shot LLM ({settings.llm.model}, llama.cpp), {args.llm_sample} sampled questions per book (CPU)",
-            f"{args.llm_sample} questions per book, random.Random({SEED}).sample, kept in file order",
-            "sample",
-            "zero_shot_llm",
-        )
-        write_results("stair-cpu.json", {**header, **measured})
+        part = {"kind": "zero-shot", "sample": {"questions": args.llm_sample, "seed": SEED}}
+        key = "zero_shot_llm"
+        written = write_results("stair-cpu.json", {key: zero_shot_llm(sets, settings, part, "sample", key)})
     if "zero-shot-small" in parts:
         sets = []
         for name in small_names:
             paper, _, chosen = small_test_set(books, name)
             sets.append((document_toc(paper), llm_sample(chosen, args.llm_sample)))
-        measured["zero_shot_llm_small_book"] = zero_shot_llm(
-            sets,
-            settings,
-            f"Zero-shot LLM ({settings.llm.model}, llama.cpp) on the small books: {small_titles(small_names)} (CPU)",
-            f"{min(args.llm_sample, CPU_SMALL_TEST_SAMPLE)} of each small book's {CPU_SMALL_TEST_SAMPLE} test "
-            f"questions (random.Random({SEED}).sample of them, file order)",
-            "small-sample",
-            "zero_shot_llm_small_book",
-        )
-        write_results("stair-cpu.json", {**header, **measured})
+        part = {
+            "kind": "zero-shot-small",
+            "sample": {
+                "questions": min(args.llm_sample, CPU_SMALL_TEST_SAMPLE), "of": CPU_SMALL_TEST_SAMPLE, "seed": SEED
+            },
+            "chapters": {name: list(SMALL_BOOKS[name]) for name in small_names},
+        }
+        key = "zero_shot_llm_small_book"
+        written = write_results("stair-cpu.json", {key: zero_shot_llm(sets, settings, part, "small-sample", key)})
     if "small" in parts:
         for name in small_names:
-            measured[f"small_{name}"] = small_book(books, name, settings, args.train_budget_s, small_overrides(args))
-            write_results("stair-cpu.json", {**header, **measured})
+            part = small_book(books, name, settings, args.train_budget_s, small_overrides(args))
+            written = write_results("stair-cpu.json", {f"small_{name}": part})
     overall = small_books_overall() if parts & {"small", "overall"} else None
     if overall:
-        measured["small_books_overall"] = overall
-        write_results("stair-cpu.json", {**header, **measured})
-    for part in measured.values():
-        print("\n" + table(part["title"], part["methods"]))
+        written = write_results("stair-cpu.json", {"small_books_overall": overall})
+    if written:
+        print_tables("stair-cpu.json", written)
 
 
 def full_book_baselines(books: dict, settings) -> dict:
-    from strata.index.embedder import Embedder
+    from strata.encoders.embedder import Embedder
     from strata.toc.baselines import LeafBM25, LeafDense
     from strata.toc.tree import document_toc
 
@@ -305,7 +318,8 @@ def full_book_baselines(books: dict, settings) -> dict:
         bm25_rankings += [bm25.rank(q.question, K) for q in book_queries]
         dense_rankings += [dense.rank(q.question, K) for q in book_queries]
     return {
-        "title": "Whole books, all questions (CPU)",
+        "kind": "baselines",
+        "device": "cpu",
         "build": build,
         "methods": {
             "bm25": by_scope("bm25", queries, bm25_rankings, "full"),
@@ -314,9 +328,10 @@ def full_book_baselines(books: dict, settings) -> dict:
     }
 
 
-def zero_shot_llm(question_sets: list, settings, title: str, sample: str, tag: str, key: str) -> dict:
-    """The packaged LLM zero-shot on each (toc, questions) set: trie-constrained and free. The part is written to
-    the results (marked partial) every CHECKPOINT_EVERY questions, so a run cut short still leaves numbers."""
+def zero_shot_llm(question_sets: list, settings, described: dict, tag: str, key: str) -> dict:
+    """The packaged LLM zero-shot on each (toc, questions) set: trie-constrained and free; `described` says which
+    questions (kind, sample, chapters). The part is written to the results (marked partial) every CHECKPOINT_EVERY
+    questions, so a run cut short still leaves numbers."""
     from strata.llm import make_client
     from strata.toc.retriever import TocRetriever, toc_llm_settings
 
@@ -325,11 +340,11 @@ def zero_shot_llm(question_sets: list, settings, title: str, sample: str, tag: s
 
     def part() -> dict:
         return {
-            "title": title,
+            **described,
+            "device": "cpu",
             "model": settings.llm.model,
-            "sample": sample,
+            # the first question of a book reads its whole ToC into the KV cache; the rest reuse it
             "first_question_seconds": first_query_s,
-            "note": "the first question of a book reads its whole ToC into the KV cache; the rest reuse it",
             "constrained_steps": retriever.constrained_steps,
             "methods": {
                 "zero-shot-llm": by_scope("zero-shot-llm", queries, constrained, tag),
@@ -364,10 +379,6 @@ def small_overrides(args: argparse.Namespace) -> dict:
     return CPU_SMALL_SETTINGS | {name: value for name, value in given.items() if value is not None}
 
 
-def small_titles(names: list[str]) -> str:
-    return "; ".join(f"{name}, chapters {', '.join(SMALL_BOOKS[name])}" for name in names)
-
-
 def small_test_set(books: dict, name: str):
     """A small book, its chapters' questions, and the CPU_SMALL_TEST_SAMPLE of them every method is tested on."""
     paper, chapter_queries = chapter_subset(*books[name], SMALL_BOOKS[name])
@@ -378,7 +389,7 @@ def small_book(books: dict, name: str, settings, train_budget_s: float, override
     from strata.config import Settings
     from strata.llm import make_client
     from strata.toc.baselines import LeafBM25, LeafDense
-    from strata.toc.experiment import BookJob, JobQuery, StairJob, run_job
+    from strata.experiments.stair import BookJob, JobQuery, StairJob, run_job
     from strata.llm.packaged import resolve_model
     from strata.toc.synthetic import QuestionCache, cached_questions, generate_questions
     from strata.toc.tree import document_toc
@@ -418,17 +429,18 @@ def small_book(books: dict, name: str, settings, train_budget_s: float, override
     for run in runs.runs:
         methods[run.method] = by_scope(run.method, queries, [run.rankings[q.query_id] for q in queries], tag)
     return {
-        "title": f"Small book: {small_titles([name])} ({len(toc.leaves())} leaves), CPU",
+        "kind": "small-book",
+        "device": "cpu",
+        "book": name,
+        "chapters": list(SMALL_BOOKS[name]),
         "leaves": len(toc.leaves()),
         "questions_test": len(queries),
-        "sample": f"{len(queries)} of the {len(all_queries)} questions of these chapters, "
-        f"random.Random({SEED}).sample, kept in file order; BM25 and dense on the same questions",
+        "sample": {"questions": len(queries), "of": len(all_queries), "seed": SEED},  # BM25 and dense on them too
         "synthetic_questions": {
             "model": question_model,
             "leaves": len(questions),
             "questions": sum(len(q) for q in questions.values()),
-            "seconds_this_run": question_seconds,
-            "note": "cached on disk; seconds_this_run is ~0 when the cache was already filled",
+            "seconds_this_run": question_seconds,  # ~0 when the on-disk cache was already filled
         },
         "train_model": small_settings.toc.train_model,
         "settings": small_settings.toc.model_dump(mode="json"),
@@ -443,23 +455,26 @@ def small_book(books: dict, name: str, settings, train_budget_s: float, override
 def small_books_overall() -> dict | None:
     """Every method of the small-book parts over their questions together (from the per-query files those parts
     wrote, so each book can be trained by a separate run), with the paired tests on the pooled questions."""
-    from strata.eval.toc import TocMethodResult, summarise
+    from strata.eval.results import load_result
+    from strata.eval.toc import method_result, summarise
 
     path = RESULTS / "stair-cpu.json"
-    written = json.loads(path.read_text()) if path.is_file() else {}
-    parts = {name: written[f"small_{name}"] for name in SMALL_BOOKS if f"small_{name}" in written}
+    written = load_result(path) if path.is_file() else None
+    described = written.details.get("parts", {}) if written else {}
+    parts = {name: described[f"small_{name}"] for name in SMALL_BOOKS if f"small_{name}" in described}
     if len(parts) < 2:
         log(f"not pooling the small books: {path.name} holds {len(parts)} of them ({', '.join(parts) or 'none'})")
         return None
-    shared = [m for m in next(iter(parts.values()))["methods"] if all(m in p["methods"] for p in parts.values())]
+    cells = {name: methods_of(written, f"small_{name}") for name in parts}
+    shared = [m for m in next(iter(cells.values())) if all(m in part for part in cells.values())]
     methods = {}
     for method in shared:
-        files = [REPO / part["methods"][method]["all"]["per_query_file"] for part in parts.values()]
-        per_query = [row for file in files for row in TocMethodResult.model_validate_json(file.read_text()).per_query]
+        files = [REPO / part[method]["all"]["per_query_file"] for part in cells.values()]
+        per_query = [row for file in files for row in method_result(load_result(file).experiments[0]).per_query]
         pooled = cell(*record(summarise(method, "all", per_query), "small-books"))
-        methods[method] = {"all": pooled, **{name: part["methods"][method][name] for name, part in parts.items()}}
+        methods[method] = {"all": pooled, **{name: cells[name][method][name] for name in parts}}
     pooled_from = [f"small_{name}" for name in parts]
-    zero_shot = written.get("zero_shot_llm_small_book", {}).get("methods", {})
+    zero_shot = methods_of(written, "zero_shot_llm_small_book")
     if zero_shot and all(  # it asked every test question of every small book (--llm-sample >= 60)
         entry.get(name, {}).get("queries") == part["questions_test"]
         for entry in zero_shot.values()
@@ -468,9 +483,9 @@ def small_books_overall() -> dict | None:
         methods.update(zero_shot)
         pooled_from.append("zero_shot_llm_small_book")
     return {
-        "title": "Small books together: " + ", ".join(parts) + " (each trained on its own ToC), CPU",
+        "kind": "small-books",
+        "device": "cpu",
         "pooled_from": pooled_from,
-        "sample": "; ".join(f"{name}: {part['sample']}" for name, part in parts.items()),
         "methods": methods,
         "comparisons": paired_tests(methods, "stair"),
     }
@@ -482,7 +497,7 @@ def small_books_overall() -> dict | None:
 def prepare_gpu(args: argparse.Namespace) -> None:
     from strata.config import Settings
     from strata.llm.packaged import resolve_model
-    from strata.toc.experiment import BookJob, JobQuery, StairJob
+    from strata.experiments.stair import BookJob, JobQuery, StairJob
     from strata.toc.synthetic import QuestionCache, cached_questions
     from strata.toc.tree import document_toc
 
@@ -549,8 +564,8 @@ def split_model(path: Path, folder: Path) -> None:
 
 
 def run_gpu(args: argparse.Namespace) -> None:
-    from strata.toc.experiment import StairJob, StairRuns, run_job
-    from strata.toc.finetune import resolve_device
+    from strata.experiments.stair import StairJob, StairRuns, run_job
+    from strata.toc.adapter import resolve_device
 
     job = StairJob.model_validate_json(Path(args.job).read_text())
     out = Path(args.out)
@@ -568,7 +583,7 @@ def run_gpu(args: argparse.Namespace) -> None:
 
 
 def collect(args: argparse.Namespace) -> None:
-    from strata.toc.experiment import StairRuns
+    from strata.experiments.stair import StairRuns
 
     runs = StairRuns.model_validate_json((Path(args.runs) / "runs.json").read_text())
     queries = [query for name in BOOKS for query in load_book(name)[1]]
@@ -577,7 +592,7 @@ def collect(args: argparse.Namespace) -> None:
         answered = [query for query in queries if query.query_id in run.rankings]  # all, unless the job was cut
         methods[run.method] = by_scope(run.method, answered, [run.rankings[q.query_id] for q in answered], "gpu")
     results = {
-        "title": f"Whole books, all questions, {runs.model} on {runs.device}",
+        "kind": "gpu",
         "model": runs.model,
         "device": runs.device,
         "model_load_seconds": runs.model_load_seconds,
@@ -589,10 +604,8 @@ def collect(args: argparse.Namespace) -> None:
         "methods": methods,
         "comparisons": paired_tests(methods, "stair"),
         "errors": runs.errors,
-        "note": "latency is per question with batched GPU inference (batch wall time / questions)",
     }
-    write_results("stair-gpu.json", results)
-    print("\n" + table(results["title"], methods))
+    print_tables("stair-gpu.json", write_results("stair-gpu.json", {"full_books_gpu": results}))
 
 
 def main() -> None:

@@ -7,23 +7,20 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from strata.config import Settings
+from strata.corpus import Corpus
 from strata.documents.builder import PaperBuilder
-from strata.index import CorpusIndex
-from strata.retrieve.hybrid import HybridSearcher
-from strata.store.sqlite import CorpusStore
 
 
 @contextmanager
 def bm25_corpus(
     folder: Path, papers: Mapping[str, tuple[str, str]]
-) -> Iterator[tuple[Settings, CorpusStore, HybridSearcher]]:
+) -> Iterator[tuple[Settings, Corpus]]:
     settings = Settings.load(overrides={"store.home": str(folder / "home"), "index.dense": False})
-    with CorpusStore(settings.store.home / "corpus.sqlite3") as store:
+    with Corpus.open(settings) as corpus:
         for paper_id, (title, body) in papers.items():
             builder = PaperBuilder(paper_id, "test")
             builder.open_section("Results", level=1, page=1)
             builder.add_block(body, page=1)
-            store.put_paper(builder.build(title=title), f"sha-{paper_id}")
-        index = CorpusIndex(store, settings)
-        index.sync()
-        yield settings, store, HybridSearcher(store, index, settings.search)
+            corpus.store.put_paper(builder.build(title=title), f"sha-{paper_id}")
+        corpus.index.sync()
+        yield settings, corpus

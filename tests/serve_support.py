@@ -15,8 +15,8 @@ from pathlib import Path
 import httpx
 
 from strata.config import Settings
+from strata.corpus import Corpus
 from strata.read.model import Answer, AskResult, Claim, Evidence, StageEvent
-from strata.retrieve.hybrid import open_searcher
 
 PDFS = ["10.1007%2Fs00125-024-06103-w.pdf", "10.1101%2F2024.02.13.580051.pdf"]
 UPLOAD_PDF = "10.1101%2F2024.05.13.593936.pdf"  # not in the corpus until a test uploads it
@@ -30,7 +30,7 @@ def corpus_settings(home: Path, **overrides: str) -> Settings:
 
 def build_corpus(base: Path, shared_data: Path) -> Path:
     """The store home of the two-PDF corpus under `base`, built on first call."""
-    from strata.ingest import ingest
+    from strata.pipeline.ingest import ingest
 
     home = base / "serve-corpus"
     done = home / "built"
@@ -54,8 +54,8 @@ def fake_ask(question: str, settings: Settings, *, options=None, answer_format="
             on_event(event)
 
     emit("retrieve", "started")
-    with open_searcher(settings) as searcher:
-        ranking = searcher.search(question, k=2)
+    with Corpus.open(settings) as corpus:
+        ranking = corpus.searcher.search(question, k=2)
     emit("retrieve", "done", f"{len(ranking.candidates)} papers")
     emit("read", "started")
     hits = [(candidate, hit) for candidate in ranking.candidates for hit in candidate.chunks[:1]]

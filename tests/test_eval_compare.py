@@ -1,14 +1,13 @@
-import json
-
 import pytest
 
 from strata.cli import main
 from strata.eval.compare import compare
+from strata.eval.results import Experiment, QueryRow, new_result, write_result
 
 
 def _write(path, scores):
-    path.write_text(json.dumps({"per_query": [{"query_id": q, "metrics": {"nDCG@10": s}} for q, s in scores.items()]}))
-    return path
+    rows = [QueryRow(query_id=q, metrics={"nDCG@10": s}) for q, s in scores.items()]
+    return write_result(new_result("test", [Experiment(name="run", method="m", per_query=rows)]), path)
 
 
 def test_consistently_better_system_is_significant(tmp_path):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
@@ -12,6 +11,7 @@ import yaml
 from strata import cli
 from strata.eval.beir import load_beir, write_subset
 from strata.eval.matrix import format_matrix, load_matrix, run_matrix, select_rows
+from strata.eval.results import load_result
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -78,7 +78,6 @@ def test_invalid_matrix_files_are_rejected_by_name(tmp_path: Path) -> None:
         load_matrix(write_matrix(tmp_path / "m.yaml", [{**row("x"), "expectd": 0.4}]))
 
 
-@pytest.mark.integration
 def test_strata_eval_matrix_runs_real_commands_and_exits_1_on_drift(shared_data: Path, tmp_path: Path) -> None:
     subset = write_subset(load_beir(shared_data / "scifact" / "beir"), tmp_path / "scifact-mini", 20, 200)
     command = (f"strata eval retrieval --dataset {subset} --method bm25 --output runs "
@@ -93,12 +92,16 @@ def test_strata_eval_matrix_runs_real_commands_and_exits_1_on_drift(shared_data:
     code = cli.main(["eval", "matrix", "--rows", "all", "--file", str(matrix), "--output", str(output)])
 
     assert code == 1
-    saved = json.loads(output.read_text())
-    assert [o["status"] for o in saved["outcomes"]] == ["PASS", "FAIL", "ERROR"] and saved["passed"] is False
-    written = json.loads((tmp_path / "runs" / "scifact-mini-test-bm25.json").read_text())  # relative to the root
-    assert saved["outcomes"][0]["got"] == written["metrics"]["nDCG@10"]
-    assert saved["outcomes"][1]["got"] == written["metrics"]["R@100"]
-    assert "not a valid command" in saved["outcomes"][2]["error"]
+    saved = load_result(output)
+    rows = saved.experiments
+    assert [row.details["status"] for row in rows] == ["PASS", "FAIL", "ERROR"] and saved.details["passed"] is False
+    written = load_result(tmp_path / "runs" / "scifact-mini-test-bm25.json")  # relative to the root
+    assert rows[0].metrics["nDCG@10"] == written.experiments[0].metrics["nDCG@10"]
+    assert rows[1].metrics["R@100"] == written.experiments[0].metrics["R@100"] and not rows[2].metrics
+    assert "not a valid command" in rows[2].details["error"]
+    # Each file names the command that wrote it: the run its row's, the outcome the matrix's.
+    assert written.command == command and rows[0].command == command
+    assert saved.command == f"strata eval matrix --rows all --file {matrix} --output {output}"
 
 
 def test_the_projects_matrix_is_runnable_and_matches_the_benchmark_results() -> None:
@@ -111,15 +114,15 @@ def test_the_projects_matrix_is_runnable_and_matches_the_benchmark_results() -> 
     results = REPO / "benchmarks" / "results"
     if not (results / "retrieval.json").is_file() or not (results / "stair-cpu.json").is_file():
         pytest.skip("benchmarks/results/retrieval.json or stair-cpu.json not written yet")
-    published = {row["method"]: row for row in json.loads((results / "retrieval.json").read_text())["methods"]}
-    toc = json.loads((results / "stair-cpu.json").read_text())["full_books"]["methods"]
+    published = load_result(results / "retrieval.json")
+    toc = load_result(results / "stair-cpu.json")
     for matrix_row in spec.rows:
         args = vars(parser.parse_args(matrix_row.argv()))
         if args["eval_command"] == "toc":
-            value = toc[args["method"]]["all"]["metrics"][matrix_row.metric]
+            value = toc.experiment(f"full_books/{args['method']}/all").metrics[matrix_row.metric]
         else:
-            value = published[args["method"] + ("+prf" if args.get("setting:search.prf") == "true" else "")]
-            value = value[matrix_row.metric]
+            method = args["method"] + ("+prf" if args.get("setting:search.prf") == "true" else "")
+            value = published.experiment(method).metrics[matrix_row.metric]
         assert matrix_row.expected == pytest.approx(value, abs=1e-4), matrix_row.id
 
 

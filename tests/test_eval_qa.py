@@ -9,6 +9,7 @@ from strata.cli import build_parser, settings_from_args
 from strata.documents.model import Ranking
 from strata.eval import qa
 from strata.eval.datasets import EvalQuery, Rationale
+from strata.eval.results import load_result
 from strata.read.model import Answer, AskResult, Claim, Evidence, PaperReading
 
 
@@ -88,7 +89,7 @@ def test_eval_qa_on_litqa2_scores_answers_and_writes_predictions(shared_data, tm
         yield FakePipeline()
 
     records = [json.loads(line) for line in (shared_data / "litqa2" / "questions.jsonl").open()]
-    monkeypatch.setattr("strata.read.pipeline.open_pipeline", fake_open)
+    monkeypatch.setattr("strata.pipeline.ask.open_pipeline", fake_open)
     args = build_parser().parse_args(
         ["eval", "qa", "--dataset", str(shared_data / "litqa2"), "--limit", "5", "--store", str(tmp_path / "s"),
          "--output", str(tmp_path / "out")]
@@ -102,5 +103,5 @@ def test_eval_qa_on_litqa2_scores_answers_and_writes_predictions(shared_data, tm
     assert asked == [True] * 5  # every question asked as multiple choice with its right answer among the options
     lines = (tmp_path / "out" / "litqa2-all-qa.jsonl").read_text().splitlines()
     assert len(lines) == 5 and json.loads(lines[0])["choice"] == records[0]["ideal"]
-    saved = json.loads((tmp_path / "out" / "litqa2-all-qa.json").read_text())
-    assert saved["per_query"][2]["metrics"]["correct"] == 0.0 and saved["dataset_fingerprint"]
+    saved = load_result(tmp_path / "out" / "litqa2-all-qa.json")
+    assert saved.experiments[0].per_query[2].metrics["correct"] == 0.0 and saved.datasets[0].fingerprint

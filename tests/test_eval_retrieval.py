@@ -10,7 +10,8 @@ import pytest
 from strata.config import Settings
 from strata.documents.model import Candidate, Ranking
 from strata.eval.beir import load_beir, write_subset
-from strata.eval.retrieval import RetrievalEvalResult, _strict_scores, evaluate_run, run_retrieval_eval
+from strata.eval.results import load_result
+from strata.eval.retrieval import _strict_scores, evaluate_run, run_retrieval_eval
 
 
 def write_beir(folder: Path, corpus: list[dict], queries: dict[str, str], qrels: dict[str, dict[str, int]]) -> Path:
@@ -63,7 +64,6 @@ def test_tied_scores_are_evaluated_in_the_rankings_order() -> None:
     assert evaluate_run({"q": {"b": 0.5, "a": 0.5}}, {"q": {"a": 1}})[1]["q"]["MRR@10"] == 1.0
 
 
-@pytest.mark.integration
 def test_bm25_evaluation_end_to_end_writes_a_run_and_reuses_its_store(shared_data: Path, tmp_path: Path) -> None:
     full = load_beir(shared_data / "scifact" / "beir")
     folder = write_subset(full, tmp_path / "scifact-mini", queries=30, documents=300)
@@ -76,8 +76,10 @@ def test_bm25_evaluation_end_to_end_writes_a_run_and_reuses_its_store(shared_dat
     assert result.queries == 30 and result.method == "bm25" and result.metrics["nDCG@10"] > 0.6
     assert result.metrics["R@100"] >= result.metrics["R@10"] > 0.7
     assert len(result.per_query) == 30 and result.timings.latency_p95_ms >= result.timings.latency_p50_ms > 0
-    saved = RetrievalEvalResult.model_validate_json(Path(result.result_file).read_text())
-    assert saved.metrics == result.metrics and saved.dataset_fingerprint == load_beir(folder).fingerprint
+    saved = load_result(Path(result.result_file))
+    (experiment,), (dataset,) = saved.experiments, saved.datasets
+    assert experiment.metrics == result.metrics and dataset.fingerprint == load_beir(folder).fingerprint
+    assert [row.query_id for row in experiment.per_query] == [row.query_id for row in result.per_query]
     lines = Path(result.run_file).read_text().splitlines()
     assert {line.split()[0] for line in lines} == {q.id for q in subset.queries}
     for query_lines in _by_query(lines).values():

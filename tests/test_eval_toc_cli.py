@@ -11,6 +11,7 @@ from toc_support import write_openstax_book
 
 from strata import cli
 from strata.eval.compare import compare, load_per_query
+from strata.eval.results import load_result
 from strata.eval.toc import load_toc_queries
 
 CHAPTERS = {
@@ -44,10 +45,12 @@ def test_bm25_on_a_tiny_book_writes_predictions_and_a_comparable_result(tmp_path
 
     printed = capsys.readouterr().out
     assert "tiny-book (all, 4 questions) bm25: R@1 0.7500" in printed  # one book: named after it
-    result = json.loads((out / "tiny-book-all-bm25.json").read_text())
-    assert result["metrics"]["R@1"] == 0.75 and result["metrics"]["R@3"] == 1.0
-    assert result["per_book"] == {"tiny-book": result["metrics"]} and len(result["dataset_fingerprint"]) == 64
-    assert result["toc"]["top_k"] == 3 and result["wall_seconds"] >= result["setup_seconds"] > 0
+    saved = load_result(out / "tiny-book-all-bm25.json")
+    (result,) = saved.experiments
+    assert result.metrics["R@1"] == 0.75 and result.metrics["R@3"] == 1.0
+    assert result.details["per_book"] == {"tiny-book": result.metrics} and len(saved.datasets[0].fingerprint) == 64
+    assert saved.settings["toc"]["top_k"] == 3 and result.cost["wall_seconds"] >= result.cost["setup_seconds"] > 0
+    assert saved.command == f"strata eval toc --dataset {data} --method bm25 --output {out}"
     predictions = [json.loads(line) for line in (out / "tiny-book-all-bm25.predictions.jsonl").read_text().splitlines()]
     assert [p["query_id"] for p in predictions] == [f"tiny-book:q{i}" for i in range(4)]
     assert predictions[0]["ranking"]["leaves"][0]["path"] == ["The Ocean", "Tides"]
@@ -67,8 +70,8 @@ def test_the_matrix_can_run_it_and_one_book_can_be_chosen(tmp_path: Path) -> Non
     assert cli.run_matrix_command(argv)["R@1"] == pytest.approx(0.75)  # both books, the same questions each
     metrics = cli.run_matrix_command([*argv, "--book", "other-book"])
     assert metrics == {"R@1": 0.75, "R@3": 1.0, "nDCG@3": pytest.approx(metrics["nDCG@3"])}
-    chosen = json.loads((tmp_path / "out" / "other-book-other-book-bm25.json").read_text())
-    assert chosen["queries"] == 4 and list(chosen["per_book"]) == ["other-book"]
+    (chosen,) = load_result(tmp_path / "out" / "other-book-other-book-bm25.json").experiments
+    assert chosen.queries == 4 and list(chosen.details["per_book"]) == ["other-book"]
 
 
 def test_queries_come_from_the_shared_openstax_loader(tmp_path: Path) -> None:
@@ -98,5 +101,6 @@ def test_dense_embeds_the_leaves_and_records_its_encoder(tmp_path: Path) -> None
     metrics = cli.run_matrix_command(argv)
 
     assert metrics["R@3"] == 1.0 and metrics["R@1"] >= 0.75  # four leaves, the first three questions are easy
-    result = json.loads((tmp_path / "out" / "tiny-book-all-dense.json").read_text())
-    assert result["models"] == {"embedder": result["embedding"]["model"]} and result["llm"] is None
+    saved = load_result(tmp_path / "out" / "tiny-book-all-dense.json")
+    assert saved.experiments[0].details["models"] == {"embedder": saved.settings["embedding"]["model"]}
+    assert "llm" not in saved.settings

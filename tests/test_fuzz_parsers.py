@@ -11,10 +11,10 @@ import threading
 
 import pytest
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from fuzz.hostile import FuzzRun, HostileInput, pages_pdf, mutations, named_cases, seeds
 
-SEEDS = seeds()
 PER_FILE_TIMEOUT_S = 20.0
 LIMIT_S = 0.5  # the per-file limit in the tests of the limit itself
 MAX_RSS_BYTES = 3 * 1024**3
@@ -27,8 +27,8 @@ def fuzz_run(tmp_path_factory):
     run.close()
 
 
-def test_named_hostile_files_give_a_document_or_a_clear_error(fuzz_run):
-    outcomes = {case.family: fuzz_run.run(case) for case in named_cases()}
+def test_named_hostile_files_give_a_document_or_a_clear_error(fuzz_run, shared_data):
+    outcomes = {case.family: fuzz_run.run(case) for case in named_cases(data=shared_data)}
     assert {o.status for o in outcomes.values()} <= {"parsed", "error"}, [
         o for o in outcomes.values() if o.status not in ("parsed", "error")
     ]
@@ -43,8 +43,8 @@ def test_named_hostile_files_give_a_document_or_a_clear_error(fuzz_run):
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 < MAX_RSS_BYTES
 
 
-def test_no_external_entity_is_read_into_the_store(fuzz_run):
-    (case,) = [case for case in named_cases() if case.family == "tei:external-entity"]
+def test_no_external_entity_is_read_into_the_store(fuzz_run, shared_data):
+    (case,) = [case for case in named_cases(data=shared_data) if case.family == "tei:external-entity"]
     fuzz_run.run(case)
     texts = [fuzz_run.store.paper_text(pid) for pid in fuzz_run.store.paper_ids()]
     assert not any("root:" in text for text in texts)
@@ -66,17 +66,22 @@ def test_a_parse_past_the_per_file_limit_is_cut_off_with_a_clear_error(tmp_path,
     assert outcome.seconds < LIMIT_S + 3.0
 
 
+@pytest.fixture(scope="module")
+def hostile_seeds(shared_data) -> list[HostileInput]:
+    return seeds(shared_data)
+
+
 @settings(max_examples=60, deadline=None, database=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-@given(case=mutations(SEEDS))
-def test_mutated_files_never_crash_or_hang(fuzz_run, case):
-    outcome = fuzz_run.run(case)
+@given(data=st.data())  # drawn inside the test: the seeds come from the shared_data fixture
+def test_mutated_files_never_crash_or_hang(fuzz_run, hostile_seeds, data):
+    outcome = fuzz_run.run(data.draw(mutations(hostile_seeds), label="case"))
     assert outcome.status in ("parsed", "error"), outcome
 
 
-def test_the_per_file_limit_also_holds_off_the_main_thread(tmp_path, slow_pdf):
+def test_the_per_file_limit_also_holds_off_the_main_thread(tmp_path, slow_pdf, shared_data):
     """The server ingests in a worker thread, where SIGALRM cannot reach; the limit must still cut a slow file."""
-    (quick,) = [case for case in named_cases() if case.family == "s2orc:lone-surrogates"]
+    (quick,) = [case for case in named_cases(data=shared_data) if case.family == "s2orc:lone-surrogates"]
     run = FuzzRun(tmp_path, per_file_timeout_s=LIMIT_S)
     outcomes = []
     worker = threading.Thread(target=lambda: outcomes.extend([run.run(slow_pdf), run.run(quick)]))

@@ -19,7 +19,7 @@ from strata.documents.model import Paper
 from strata.index import CorpusIndex
 from strata.index.bm25 import rm3_weights
 from strata.index.dense import DenseState
-from strata.index.embedder import resolve_model_path
+from strata.encoders.embedder import resolve_model_path
 from strata.index.state import SyncState, read_state
 from strata.store.sqlite import CorpusStore
 

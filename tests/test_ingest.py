@@ -9,7 +9,7 @@ import pytest
 
 from strata.cli import main
 from strata.documents.model import Locator
-from strata.ingest import ingest
+from strata.pipeline.ingest import ingest
 from strata.store import open_store
 
 PDFS = ["10.1016%2Fj.cell.2024.02.016.pdf", "10.1007%2Fs00125-024-06103-w.pdf"]
@@ -55,11 +55,11 @@ def test_reingest_skips_unchanged_files_and_keeps_everything(ingested, corpus_fo
 
 
 def test_search_results_carry_locators_that_reproduce_their_text(ingested, capsys):
-    from strata.retrieve.hybrid import open_searcher
+    from strata.corpus import Corpus
 
     settings, _ = ingested
-    with open_searcher(settings) as searcher:
-        ranking = searcher.search("DNA methylation", k=2)
+    with Corpus.open(settings) as corpus:
+        ranking = corpus.searcher.search("DNA methylation", k=2)
     assert ranking.candidates
     hits = [hit for candidate in ranking.candidates for hit in candidate.chunks]
     with open_store(settings) as store:

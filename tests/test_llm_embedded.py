@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 
 from strata.config import LLMSettings, Settings
-from strata.llm import ContextOverflowError, LLMClient, Prompt, Trace, make_client, prompt_registry
+from strata.llm import ContextOverflowError, LLMClient, Prompt, Trace, make_client
 from strata.llm.backend import GenerationOptions
-from strata.llm.check import CHECK_PASSAGE, PaperFacts, format_check, run_check
+from strata.llm.check import CHECK_PASSAGE, PaperFacts, check_prompts, format_check, run_check
 from strata.llm.embedded import EmbeddedBackend
 
 CONTINUATIONS = ["2 Related Work", "4 Experiments on ArXivSections", "Appendix B: Proofs", "zebra umbrella"]
@@ -33,7 +33,7 @@ def smol(smol_settings) -> LLMClient:
 
 def test_grammar_constrained_answer_is_valid_json_for_the_schema(smol):
     trace = Trace()
-    facts = smol.complete(prompt_registry().render("check_extract", passage=CHECK_PASSAGE), trace=trace)
+    facts = smol.complete(check_prompts().render("check_extract", passage=CHECK_PASSAGE), trace=trace)
     assert isinstance(facts, PaperFacts) and facts.title and len(facts.datasets) <= 4
     (call,) = trace.calls
     assert call.ok and call.tokens_in > 100 and call.tokens_out > 5 and call.timing.generation_tokens_per_s > 0
@@ -42,7 +42,7 @@ def test_grammar_constrained_answer_is_valid_json_for_the_schema(smol):
 def test_fast_grammar_path_matches_llama_cpp_grammar_sampling(smol):
     """Checking the grammar only for the greedy token must give what filtering the whole vocabulary gives."""
     backend: EmbeddedBackend = smol.backend
-    prompt = prompt_registry().render("check_extract", passage="Deep Kelp (2020). We propose KelpNet on OceanSet.")
+    prompt = check_prompts().render("check_extract", passage="Deep Kelp (2020). We propose KelpNet on OceanSet.")
     schema = PaperFacts.model_json_schema()
     options = GenerationOptions(max_tokens=80, temperature=0.0, seed=0)
     fast = backend.generate(prompt.system, prompt.user, schema, options)
@@ -81,7 +81,7 @@ def test_score_equals_log_probabilities_from_a_full_evaluation(smol):
 
 def test_score_is_identical_across_fresh_models_and_call_histories(smol, smol_settings):
     first = [score.logprob for score in smol.score(TOC_PROMPT, CONTINUATIONS)]
-    smol.complete(prompt_registry().render("check_extract", passage="Other text (2001). We propose X on Y."))
+    smol.complete(check_prompts().render("check_extract", passage="Other text (2001). We propose X on Y."))
     after_other_calls = [score.logprob for score in smol.score(TOC_PROMPT, CONTINUATIONS)]
     with make_client(smol_settings) as fresh:
         fresh_run = [score.logprob for score in fresh.score(TOC_PROMPT, CONTINUATIONS)]

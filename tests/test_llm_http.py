@@ -21,9 +21,8 @@ from strata.llm import (
     ScoringNotSupportedError,
     Trace,
     make_client,
-    prompt_registry,
 )
-from strata.llm.check import CHECK_PASSAGE, PaperFacts
+from strata.llm.check import CHECK_PASSAGE, PaperFacts, check_prompts
 from strata.llm.packaged import resolve_model
 
 SMOL = "packaged:smollm2-135m"
@@ -85,7 +84,7 @@ def http_settings(base_url: str, **changes) -> LLMSettings:
     return LLMSettings(**values)
 
 
-CHECK = prompt_registry().render("check_extract", passage=CHECK_PASSAGE)
+CHECK = check_prompts().render("check_extract", passage=CHECK_PASSAGE)
 
 
 # A real server

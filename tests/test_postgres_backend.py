@@ -71,7 +71,7 @@ def keyed(store: object, hits: list) -> list[tuple[tuple[str, int], float]]:
     return [((chunks[h.rowid].chunk.paper_id, chunks[h.rowid].chunk.ordinal), h.score) for h in hits]
 
 
-@pytest.mark.integration
+@pytest.mark.integration  # a real PostgreSQL server but no shared data: marked by hand
 def test_settings_select_the_postgres_store_and_a_bad_url_is_a_clear_error(tmp_path: Path, database: str) -> None:
     settings = Settings.load(overrides={"store.home": str(tmp_path), "store.backend": "postgres",
                                         "store.postgres_url": database})
@@ -81,7 +81,6 @@ def test_settings_select_the_postgres_store_and_a_bad_url_is_a_clear_error(tmp_p
         PostgresCorpusStore("postgresql://nobody:secret@/missing?host=/nonexistent")
 
 
-@pytest.mark.integration
 def test_bm25_and_vector_scores_match_the_embedded_indices(tmp_path: Path, database: str, papers: list) -> None:
     built = both_backends(tmp_path, database, papers)
     (lite, lite_index), (pg, pg_index) = built["sqlite"], built["postgres"]
@@ -103,7 +102,6 @@ def test_bm25_and_vector_scores_match_the_embedded_indices(tmp_path: Path, datab
     assert {pg.get_chunks([h.rowid])[h.rowid].chunk.paper_id for h in restricted} <= only
 
 
-@pytest.mark.integration
 def test_replacing_a_paper_drops_its_old_chunks_from_both_indices(tmp_path: Path, database: str, papers: list) -> None:
     (pg, index) = both_backends(tmp_path, database, papers[:10])["postgres"]
     before = len(index.bm25)
@@ -117,7 +115,6 @@ def test_replacing_a_paper_drops_its_old_chunks_from_both_indices(tmp_path: Path
     assert index.sync(vectors_of=text_vectors).chunks_added == 0  # nothing new: a no-op
 
 
-@pytest.mark.integration
 def test_references_resolve_into_citation_edges(tmp_path: Path, database: str, papers: list) -> None:
     store = PostgresCorpusStore(database)
     cited = papers[1]

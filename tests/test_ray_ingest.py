@@ -11,8 +11,8 @@ import pytest
 from fuzz.hostile import pages_pdf
 from strata.cli import build_parser
 from strata.config import Settings
-from strata.eval.stores import compare_stores
-from strata.ingest import ingest
+from strata.experiments.stores import compare_stores
+from strata.pipeline.ingest import ingest
 from strata.rerank.features import FeatureCache, features_path
 from strata.rerank.texts import PaperTexts
 from strata.store import open_store
@@ -39,10 +39,9 @@ def features_of(settings: Settings) -> dict[str, tuple[str, bytes, bytes]]:
     return {pid: stored.packed() for pid, stored in found.items() if stored is not None}
 
 
-@pytest.mark.integration
 @pytest.mark.slow
 def test_ray_ingest_lands_the_same_store_as_local_ingest(shared_data: Path, tmp_path: Path) -> None:
-    from strata.ingest_ray import ingest_with_ray
+    from strata.pipeline.ingest_ray import ingest_with_ray
 
     broken = tmp_path / "broken.pdf"
     broken.write_bytes(b"%PDF-1.7 this is not really a PDF")
@@ -76,7 +75,7 @@ def test_cli_takes_ray_with_or_without_an_address() -> None:
 
 def test_ray_parse_workers_cut_off_a_file_past_the_per_file_limit(tmp_path: Path) -> None:
     """The Ray worker's batch function applies parsing.per_file_timeout_s as the local ingest does."""
-    from strata.ingest_ray import _ParseFiles
+    from strata.pipeline.ingest_ray import _ParseFiles
 
     slow = tmp_path / "slow.pdf"
     slow.write_bytes(pages_pdf(300, with_text=True, distinct_lines=True))

@@ -5,8 +5,8 @@ import json
 
 from strata.config import Settings
 from strata.documents.model import Locator
-from strata.ingest import ingest
-from strata.read.pipeline import ask
+from strata.pipeline.ingest import ingest
+from strata.pipeline.ask import ask
 from strata.read.validate import normalized
 from strata.store import open_store
 

@@ -9,9 +9,9 @@ from corpus_support import bm25_corpus
 
 from strata.documents.model import Candidate, ChunkHit, Ranking
 from strata.llm import ContinuationScore, Generation, LLMClient, LLMError, Scoring, Trace
-from strata.read import pipeline as pipeline_module
+from strata.pipeline import ask as pipeline_module
 from strata.read.model import AskCancelled, Evidence
-from strata.read.pipeline import Pipeline
+from strata.pipeline.ask import Pipeline
 from strata.read.synthesize import Synthesizer
 from strata.rerank import FirstStage
 from strata.store.sqlite import CorpusStore
@@ -84,7 +84,8 @@ def candidate_ranking(store: CorpusStore) -> Ranking:
 
 @pytest.fixture()
 def make_pipeline(corpus, monkeypatch):
-    settings, store, searcher = corpus
+    settings, opened = corpus
+    store = opened.store
 
     class FoundCandidates:
         rounds: list = []
@@ -96,7 +97,7 @@ def make_pipeline(corpus, monkeypatch):
     monkeypatch.setattr(pipeline_module, "find_candidates", lambda question, **_: FoundCandidates)
 
     def build(backend: RuleBackend) -> Pipeline:
-        return Pipeline(settings, store, searcher, LLMClient(backend, settings.llm), FirstStage())
+        return Pipeline(settings, opened, LLMClient(backend, settings.llm), FirstStage())
 
     return build
 

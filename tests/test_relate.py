@@ -9,7 +9,8 @@ import numpy as np
 
 from strata.config import Settings
 from strata.documents.model import Candidate, Paper, Ranking, Reference
-from strata.relate import CandidateSet, Relater, find_candidates, round_robin
+from strata.pipeline.ask import find_candidates
+from strata.relate import CandidateSet, Relater, round_robin
 from strata.relate.signals import PaperVectors, ReferenceGraph
 from strata.store.sqlite import PaperSummary
 
@@ -61,15 +62,23 @@ class FakeIndex:
         embedder = FakeEmbedder()
 
 
-class FakeSearcher:
-    """BM25 'search' with a seed's text returns a fixed list per seed; any other query finds `question_hits`."""
+class FakeCorpus:
+    """A corpus that is its own searcher: BM25 'search' with a seed's text returns a fixed list per seed; any other
+    query finds `question_hits`."""
 
     BM25 = {"a": ["a", "e", "d"], "b": ["b", "d", "c"], "c": ["c", "a"]}
+    vectors = FakeIndex.dense
 
     def __init__(self, question_hits: list[str]) -> None:
         self.store = FakeStore()
-        self.index = FakeIndex()
+        self.searcher = self
         self.question_hits = question_hits
+        self._cache = {}
+
+    def cached(self, key, make):
+        if key not in self._cache:
+            self._cache[key] = make()
+        return self._cache[key]
 
     def search(self, query, k=None, method="hybrid", prf=None, paper_ids=None):
         seed = query.split()[0]
@@ -117,19 +126,19 @@ def test_references_signal_scores_coupling_and_direct_citation():
 
 
 def test_each_signal_can_be_switched_off(tmp_path):
-    searcher = FakeSearcher([])
-    all_on = Relater(searcher, settings(tmp_path).relate, tmp_path).expand(ranking(["a", "c"]))
+    corpus = FakeCorpus([])
+    all_on = Relater(corpus, settings(tmp_path).relate, tmp_path).expand(ranking(["a", "c"]))
     assert [signal.signal for signal in all_on.signals] == ["embedding", "references", "bm25"]
     for off in ("embedding", "references", "bm25"):
-        expansion = Relater(searcher, settings(tmp_path, **{off: False}).relate, tmp_path).expand(ranking(["a", "c"]))
+        expansion = Relater(corpus, settings(tmp_path, **{off: False}).relate, tmp_path).expand(ranking(["a", "c"]))
         assert off not in [signal.signal for signal in expansion.signals] and len(expansion.signals) == 2
     none = settings(tmp_path, embedding=False, references=False, bm25=False).relate
-    assert Relater(searcher, none, tmp_path).expand(ranking(["a"])).ranking.candidates == []
+    assert Relater(corpus, none, tmp_path).expand(ranking(["a"])).ranking.candidates == []
 
 
 def test_bm25_signal_round_robins_across_seeds(tmp_path):
     only_bm25 = settings(tmp_path, embedding=False, references=False, seeds=2).relate
-    expansion = Relater(FakeSearcher([]), only_bm25, tmp_path).expand(ranking(["a", "b", "c"]))
+    expansion = Relater(FakeCorpus([]), only_bm25, tmp_path).expand(ranking(["a", "b", "c"]))
     assert expansion.seeds == ["a", "b"]
     assert expansion.signals[0].per_seed == [["a", "e", "d"], ["b", "d", "c"]]
     assert expansion.signals[0].interleaved == ["a", "b", "e", "d", "c"] == expansion.ranking.paper_ids
@@ -138,7 +147,7 @@ def test_bm25_signal_round_robins_across_seeds(tmp_path):
 
 def test_find_candidates_fuses_a_and_b_deterministically(tmp_path):
     options = settings(tmp_path, candidates=4)
-    run = lambda: find_candidates("q", searcher=FakeSearcher(["a", "b"]), client=None, reranker=FirstStage(),  # noqa: E731
+    run = lambda: find_candidates("q", corpus=FakeCorpus(["a", "b"]), client=None, reranker=FirstStage(),  # noqa: E731
                                   settings=options)
     result = run()
     assert isinstance(result, CandidateSet) and result == run()
@@ -149,7 +158,7 @@ def test_find_candidates_fuses_a_and_b_deterministically(tmp_path):
 
 
 def test_find_candidates_without_relate_returns_ranking_a(tmp_path):
-    result = find_candidates("q", searcher=FakeSearcher(["a", "b", "c"]), client=None, reranker=FirstStage(),
+    result = find_candidates("q", corpus=FakeCorpus(["a", "b", "c"]), client=None, reranker=FirstStage(),
                              settings=settings(tmp_path, enabled=False, candidates=2))
     assert result.candidates.paper_ids == ["a", "b"] and result.ranking_b.candidates == [] and result.expansion is None
 

@@ -9,14 +9,12 @@ from pathlib import Path
 import pytest
 
 from strata.config import Settings
+from strata.corpus import Corpus
 from strata.documents.parsers.beir import PARSER
 from strata.eval.beir import load_beir, write_subset
-from strata.index import CorpusIndex
 from strata.llm import Trace, make_client
-from strata.relate import find_candidates
+from strata.pipeline.ask import find_candidates
 from strata.rerank import FirstStage
-from strata.retrieve.hybrid import HybridSearcher
-from strata.store.sqlite import CorpusStore
 
 
 @pytest.fixture(scope="module")
@@ -28,25 +26,23 @@ def tiny(shared_data: Path, tmp_path_factory: pytest.TempPathFactory):
     # Two rounds and short evidence keep the embedded LLM's work small: decompose, verify, maybe one follow-up.
     settings = Settings.load(overrides={"store.home": str(home), "retrieve.max_rounds": 2,
                                         "retrieve.verify_papers": 3, "retrieve.verify_words": 40})
-    store = CorpusStore(home / "corpus.sqlite3")
-    for paper in PARSER.parse(dataset.corpus_path, settings.parsing):
-        store.put_paper(paper, "scifact-tiny")
-    index = CorpusIndex(store, settings)
-    index.sync()
-    yield dataset, settings, HybridSearcher(store, index, settings.search)
-    store.close()
+    with Corpus.open(settings) as corpus:
+        for paper in PARSER.parse(dataset.corpus_path, settings.parsing):
+            corpus.store.put_paper(paper, "scifact-tiny")
+        corpus.index.sync()
+        yield dataset, settings, corpus
 
 
 def test_find_candidates_with_the_embedded_llm(tiny):
-    dataset, settings, searcher = tiny
+    dataset, settings, corpus = tiny
     query = dataset.queries[0]
     trace = Trace()
     with make_client(Settings.load()) as client:
-        result = find_candidates(query.text, searcher=searcher, client=client, reranker=FirstStage(),
+        result = find_candidates(query.text, corpus=corpus, client=client, reranker=FirstStage(),
                                  settings=settings, trace=trace)
     ids = result.candidates.paper_ids
     assert len(ids) == 50 == len(set(ids)) and set(dataset.qrels[query.id]) <= set(ids)
-    assert set(ids) <= set(searcher.store.paper_ids())
+    assert set(ids) <= set(corpus.store.paper_ids())
     assert result.rounds[0].queries[0] == query.text and 1 <= len(result.rounds) <= 2
     assert result.stop_reason in ("sufficient", "no_new_subquery", "max_rounds")
     prompts = [call.prompt for call in trace.calls if call.ok]
@@ -57,9 +53,9 @@ def test_find_candidates_with_the_embedded_llm(tiny):
 
 
 def test_without_an_llm_ranking_a_is_the_hybrid_prf_search(tiny):
-    dataset, settings, searcher = tiny
+    dataset, settings, corpus = tiny
     query = dataset.queries[1].text
-    result = find_candidates(query, searcher=searcher, client=None, reranker=FirstStage(), settings=settings)
-    plain = searcher.search(query, k=settings.retrieve.per_query_k, prf=True)
+    result = find_candidates(query, corpus=corpus, client=None, reranker=FirstStage(), settings=settings)
+    plain = corpus.searcher.search(query, k=settings.retrieve.per_query_k, prf=True)
     assert result.ranking_a.paper_ids == plain.paper_ids and result.stop_reason == "no_llm"
     assert result.candidates.paper_ids[0] in plain.paper_ids[:3]

@@ -13,9 +13,9 @@ from corpus_support import bm25_corpus
 
 from strata.documents.model import Candidate, ChunkHit, Locator, Ranking
 from strata.llm import ContinuationScore, Generation, LLMClient, Scoring
-from strata.read import pipeline as pipeline_module
+from strata.pipeline import ask as pipeline_module
 from strata.read.model import Answer, AskResult, Claim, Evidence
-from strata.read.pipeline import Pipeline
+from strata.pipeline.ask import Pipeline
 from strata.read.validate import validate_answer
 from strata.rerank import FirstStage
 from strata.store.sqlite import CorpusStore
@@ -83,7 +83,8 @@ def corpus(tmp_path):
 @pytest.fixture()
 def ask(corpus, monkeypatch):
     """ask(backend, **kwargs): the real pipeline over the corpus, with every paper handed to the reader."""
-    settings, store, searcher = corpus
+    settings, opened = corpus
+    store = opened.store
     stored = store.chunks_after(0)
     hits = [ChunkHit(rowid=s.rowid, text=s.chunk.text, locator=s.chunk.locator, score=1.0) for s in stored]
     ranking = Ranking(query=QUESTION, method="fake", candidates=[
@@ -102,7 +103,7 @@ def ask(corpus, monkeypatch):
     monkeypatch.setattr(pipeline_module, "find_candidates", lambda question, **_: Found)
 
     def run(backend: ObedientBackend, **kwargs) -> AskResult:
-        pipeline = Pipeline(settings, store, searcher, LLMClient(backend, settings.llm), FirstStage())
+        pipeline = Pipeline(settings, opened, LLMClient(backend, settings.llm), FirstStage())
         return pipeline.ask(QUESTION, **kwargs)
 
     return run
@@ -123,7 +124,7 @@ def fabricated(evidence: Sequence[Evidence], store: CorpusStore) -> list[str]:
 
 
 def test_an_obeyed_injection_can_pick_the_wrong_option_but_cites_only_corpus_text(ask, corpus):
-    _, store, _ = corpus
+    store = corpus[1].store
     result = ask(ObedientBackend(), options=OPTIONS)
     assert result.answer.choice == "40 g"  # the model obeyed...
     assert result.answer.evidence and fabricated(result.answer.evidence, store) == []  # ...but cites only the corpus
@@ -138,7 +139,7 @@ def test_a_draft_citing_passages_it_was_not_given_is_refused(ask):
 
 
 def test_fake_citations_written_into_the_prose_add_no_evidence(ask, corpus):
-    _, store, _ = corpus
+    store = corpus[1].store
     obeyed = {"answerable": True, "answer": f"40 g [{FAKE_PAPER}#0-120, p. 7; Smith et al. [12]]", "evidence": [1],
               "facts": [{"value": "40", "unit": "g", "evidence": 1}]}  # fmt: skip
     result = ask(ObedientBackend([obeyed]))
@@ -167,7 +168,7 @@ FORGERIES = {
 
 @pytest.mark.parametrize("forgery", FORGERIES)
 def test_each_forged_citation_is_rejected_by_validation(corpus, forgery):
-    _, store, _ = corpus
+    store = corpus[1].store
     answer = Answer(question=QUESTION, text="40 g", claims=[Claim(text="40 g", citations=[1])],
                     evidence=[FORGERIES[forgery]])  # fmt: skip
     checked = validate_answer(answer, store)
@@ -176,7 +177,7 @@ def test_each_forged_citation_is_rejected_by_validation(corpus, forgery):
 
 
 def test_forged_metadata_is_replaced_by_the_store_and_stray_numbers_dropped(corpus):
-    _, store, _ = corpus
+    store = corpus[1].store
     forged = evidence(title="Nature 2020: Smith et al.", page=7, section_path=("Conclusions",))
     answer = Answer(question=QUESTION, text="5 g", claims=[Claim(text="5 g", citations=[1, 12])],
                     evidence=[forged, evidence(number=1, paper_id=FAKE_PAPER, locator=f"{FAKE_PAPER}#0-5")])
@@ -188,7 +189,7 @@ def test_forged_metadata_is_replaced_by_the_store_and_stray_numbers_dropped(corp
 
 
 def test_a_choice_outside_the_options_is_rejected(corpus):
-    _, store, _ = corpus
+    store = corpus[1].store
     answer = Answer(question=QUESTION, format="mc", text="40 g", choice="40 g (per Smith et al.)",
                     claims=[Claim(text="40 g", citations=[1])], evidence=[evidence()])  # fmt: skip
     checked = validate_answer(answer, store, OPTIONS)

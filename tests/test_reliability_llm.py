@@ -9,10 +9,10 @@ import pytest
 from fuzz.llm_server import HostileLLMServer, refused_url
 from test_reliability_injection import ask, corpus  # noqa: F401  (fixtures: a small corpus and the real pipeline)
 from strata.config import LLMSettings
-from strata.llm import LLMError, LLMOutputError, LLMUnavailableError, make_client, prompt_registry
-from strata.llm.check import CHECK_PASSAGE
+from strata.llm import LLMError, LLMOutputError, LLMUnavailableError, make_client
+from strata.llm.check import CHECK_PASSAGE, check_prompts
 
-CHECK = prompt_registry().render("check_extract", passage=CHECK_PASSAGE)
+CHECK = check_prompts().render("check_extract", passage=CHECK_PASSAGE)
 TIMEOUT_S, RETRIES, BACKOFF_S = 1.0, 2, 0.1
 
 

@@ -25,7 +25,7 @@ PAPERS = {
 
 @pytest.fixture()
 def home(tmp_path: Path) -> Path:
-    with bm25_corpus(tmp_path, PAPERS) as (settings, _, _):
+    with bm25_corpus(tmp_path, PAPERS) as (settings, _):
         return settings.store.home
 
 

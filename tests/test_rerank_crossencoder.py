@@ -1,25 +1,23 @@
 """The cross-encoder path: one training step from the packaged MiniLM, saved under the store home, picked up by the
-default reranker; a configured model path loads instead; synthetic pairs come from the fake LLM's queries."""
+default reranker; a configured model path loads instead; training queries come from the corpus and the fake LLM,
+negatives from BM25 with a false-negative filter; a whole training run validates and chooses its fusion weight."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from strata.config import LLMSettings, Settings
 from strata.documents.model import Paper
 from strata.llm import LLMClient
 from strata.rerank import FirstStage, make_reranker
-from strata.rerank.crossencoder import (
-    CrossEncoderReranker,
-    TrainingPair,
-    cross_encoder_source,
-    fit_cross_encoder,
-    query_groups,
-    trained_model_dir,
-)
+from strata.rerank.crossencoder import CrossEncoderReranker, cross_encoder_source, trained_model_dir
+from strata.rerank.texts import PaperTexts
 from strata.store.sqlite import CorpusStore
+from strata.train.cross_encoder import fit_cross_encoder, query_groups
+from strata.train.pairs import TrainingPair, TrainingQuery, llm_queries, mined_pairs
 from test_rerank_unit import RankingBackend, first_stage
 
 pytestmark = pytest.mark.slow
@@ -44,8 +42,9 @@ def test_a_trained_cross_encoder_is_saved_under_the_store_and_loads_back(store: 
         TrainingPair(query="zinc and colds", passage="Zinc shortens colds", label=1.0),
         TrainingPair(query="zinc and colds", passage="Graph networks for tides", label=0.0),
     ]
-    steps, loss = fit_cross_encoder(pairs, settings, trained_model_dir(settings))
-    assert steps == 1 and loss > 0
+    [epoch] = fit_cross_encoder(pairs, settings, trained_model_dir(settings))
+    assert epoch.steps == 1 and epoch.loss > 0
+    assert not trained_model_dir(settings).with_name("cross-encoder.partial").exists()  # moved into place whole
     assert cross_encoder_source(settings) == str(tmp_path / "home" / "rerank" / "cross-encoder")
     # A model trained here is used when asked for; only a user-named one replaces the first stage by default.
     assert isinstance(make_reranker(settings, store), FirstStage)
@@ -60,20 +59,38 @@ def test_a_trained_cross_encoder_is_saved_under_the_store_and_loads_back(store: 
     assert cross_encoder_source(elsewhere) == str(tmp_path / "nowhere")  # a named model wins over the trained one
 
 
-def test_synthetic_pairs_take_the_llm_query_its_passage_and_mined_negatives(store: CorpusStore, tmp_path: Path):
-    from strata.rerank.crossencoder import synthetic_pairs
-
+def test_llm_queries_take_the_query_and_its_passage_and_negatives_come_from_bm25_hits(store: CorpusStore):
     class Searcher:
-        def search(self, query, k):
+        def search(self, query, k=None, method="hybrid", prf=None, paper_ids=None):
+            assert method == "bm25"
             return first_stage(6)
 
-    settings = Settings.load(overrides={"rerank.train_passages": 2, "rerank.train_negatives": 2})
+    settings = Settings.load(overrides={"rerank.train_passages": 2, "rerank.train_negatives": 2}).rerank
+    texts = PaperTexts(store)
     backend = RankingBackend(scripted=['{"query": "does zinc help"}', '{"query": "zinc trial results"}'])
-    pairs, kept, failed = synthetic_pairs(settings, store, Searcher(), LLMClient(backend, LLMSettings()))
-    assert (kept, failed, len(pairs)) == (2, 0, 6)
-    positives = [pair for pair in pairs if pair.label == 1.0]
-    assert [pair.query for pair in positives] == ["does zinc help", "zinc trial results"]
+    queries, failed = llm_queries(texts, store.paper_ids(), settings, LLMClient(backend, LLMSettings()))
+    assert failed == 0 and [q.query for q in queries] == ["does zinc help", "zinc trial results"]
+    pairs, dropped = mined_pairs(queries, Searcher(), texts, settings, similarity=None)
+    assert dropped == 0 and len(pairs) == 6 and [p.label for p in pairs[:3]] == [1.0, 0.0, 0.0]
     assert all(pair.passage.startswith("Paper") for pair in pairs)
+    own = {q.query: q.paper_id for q in queries}
+    negatives = [p for p in pairs if p.label == 0.0]
+    assert all(not p.passage.startswith(f"Paper {int(own[p.query][1:])}.") for p in negatives)  # never its own
+
+
+def test_the_false_negative_filter_drops_negatives_scored_above_the_positive(store: CorpusStore):
+    class Searcher:
+        def search(self, query, k=None, method="hybrid", prf=None, paper_ids=None):
+            return first_stage(4)  # p000 .. p003
+
+    def similarity(texts, papers):  # p001 looks closer to the query than the positive p000 does
+        return [np.array([0.5 if pid in ("p000",) else 0.9 if pid == "p001" else 0.1 for pid in ids])
+                for ids in papers]
+
+    query = TrainingQuery(query="zinc", paper_id="p000", positive="Paper 0. zinc trial 0", source="llm")
+    settings = Settings.load(overrides={"rerank.train_negatives": 3}).rerank
+    pairs, dropped = mined_pairs([query], Searcher(), PaperTexts(store), settings, similarity)
+    assert dropped == 1 and {p.passage for p in pairs[1:]} == {"Paper 2. zinc trial 2", "Paper 3. zinc trial 3"}
 
 
 def test_training_groups_each_positive_with_the_negatives_mined_for_its_query():

@@ -16,7 +16,7 @@ from strata.rerank import make_reranker
 from strata.retrieve.hybrid import HybridSearcher
 from strata.store.sqlite import CorpusStore
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 
 def test_corank_on_real_scifact_abstracts_with_the_embedded_model(shared_data: Path, tmp_path: Path):

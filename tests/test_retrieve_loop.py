@@ -101,7 +101,7 @@ def retriever(searcher, answers, reranker=None, **settings) -> tuple[QuestionRet
     backend = ScriptedBackend(answers)
     client = LLMClient(backend, LLMSettings(), cache=None)
     options = RetrieveSettings(**{"rerank_depth": 0, **settings})
-    return QuestionRetriever(searcher, reranker or KeepOrder(), options, client), backend
+    return QuestionRetriever(searcher, searcher.store, reranker or KeepOrder(), options, client), backend
 
 
 def test_stops_after_round_one_when_the_verifier_is_satisfied():
@@ -156,7 +156,7 @@ def test_later_rounds_take_at_most_later_subqueries():
 
 def test_without_a_client_the_question_is_the_only_query_of_one_round():
     searcher = FakeSearcher({QUESTION: ["p2", "p1"]})
-    loop = QuestionRetriever(searcher, KeepOrder(), RetrieveSettings(), client=None)
+    loop = QuestionRetriever(searcher, searcher.store, KeepOrder(), RetrieveSettings(), client=None)
     run = loop.run(QUESTION)
     assert run.stop_reason == "no_llm" and [r.queries for r in run.rounds] == [[QUESTION]]
     assert run.rounds[0].verdict is None and run.ranking.paper_ids == ["p2", "p1"]
@@ -165,7 +165,7 @@ def test_without_a_client_the_question_is_the_only_query_of_one_round():
 def test_the_reranker_reorders_only_the_head_of_each_subquery_ranking():
     searcher = FakeSearcher({QUESTION: ["p1", "p2", "p3", "p4"]})
     reranker = ReversingReranker()
-    loop = QuestionRetriever(searcher, reranker, RetrieveSettings(rerank_depth=2), client=None)
+    loop = QuestionRetriever(searcher, searcher.store, reranker, RetrieveSettings(rerank_depth=2), client=None)
     run = loop.run(QUESTION)
     assert reranker.seen == [(QUESTION, ["p1", "p2"])]
     ranking = run.rounds[0].results[0].ranking

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from strata.config import Settings
-from strata.eval.scale_corpus import ScaleCorpus, SourceText
+from strata.experiments.scale_corpus import ScaleCorpus, SourceText
 from strata.index import CorpusIndex
 from strata.index.dense import DenseState
 from strata.store.sqlite import CorpusStore

@@ -78,7 +78,6 @@ def ndcg_at_10(subset: Subset, method: str, prf: bool = False) -> float:
     return evaluate_run(run, subset.dataset.qrels)[0]["nDCG@10"]
 
 
-@pytest.mark.integration
 def test_every_method_beats_a_trivial_ranking_by_far(subset: Subset) -> None:
     ids = sorted(subset.store.paper_ids())
     trivial = evaluate_run({query.id: {doc: -i for i, doc in enumerate(ids)} for query in subset.dataset.queries},
@@ -90,7 +89,6 @@ def test_every_method_beats_a_trivial_ranking_by_far(subset: Subset) -> None:
     assert ndcg_at_10(subset, "bm25", prf=True) > 0.5
 
 
-@pytest.mark.integration
 @pytest.mark.parametrize("method", ["bm25", "dense", "hybrid"])
 def test_rankings_are_well_formed_and_their_locators_reproduce_the_text(subset: Subset, method: str) -> None:
     query = subset.dataset.queries[0].text
@@ -110,7 +108,6 @@ def test_rankings_are_well_formed_and_their_locators_reproduce_the_text(subset: 
     assert subset.searcher.search(query, k=5, method=method) == ranking  # deterministic
 
 
-@pytest.mark.integration
 @pytest.mark.parametrize("method", ["bm25", "dense", "hybrid"])
 def test_search_can_be_restricted_to_given_papers(subset: Subset, method: str) -> None:
     query = subset.dataset.queries[1]
@@ -121,7 +118,6 @@ def test_search_can_be_restricted_to_given_papers(subset: Subset, method: str) -
     assert subset.searcher.search(query.text, k=10, method=method, paper_ids=set()).candidates == []
 
 
-@pytest.mark.integration
 def test_prf_is_named_in_the_ranking_and_only_touches_bm25(subset: Subset) -> None:
     query = subset.dataset.queries[2].text
     assert subset.searcher.search(query, method="bm25", prf=True).method == "bm25+prf"
@@ -131,7 +127,6 @@ def test_prf_is_named_in_the_ranking_and_only_touches_bm25(subset: Subset) -> No
         subset.searcher.search(query, method="sparse")  # type: ignore[arg-type]
 
 
-@pytest.mark.integration
 def test_packaged_encoder_gives_unit_float32_vectors(subset: Subset) -> None:
     embedder = subset.index.dense.embedder
     vectors = embedder.embed(["Graphene conducts electricity.", "Coral reefs bleach when the ocean warms."])
@@ -160,7 +155,6 @@ def test_rrf_weights_and_repeated_ids() -> None:
         reciprocal_rank_fusion([["a"]], weights=[1.0, 2.0])
 
 
-@pytest.mark.integration
 @pytest.mark.parametrize("method", ["bm25", "dense", "hybrid"])
 def test_both_backends_reach_the_same_ndcg(subset: Subset, embedded_subset: Subset, method: str) -> None:
     assert ndcg_at_10(subset, method) == pytest.approx(ndcg_at_10(embedded_subset, method), abs=0.005)

@@ -145,7 +145,7 @@ def test_a_folder_inside_the_storage_root_is_ingested(server, shared_data: Path)
 def test_the_default_ask_opens_the_read_pipeline_once_and_closes_it_with_the_service(tmp_path, monkeypatch) -> None:
     from contextlib import contextmanager
 
-    import strata.read.pipeline
+    import strata.pipeline.ask
     from strata.serve.service import CorpusService
 
     opened: list[str] = []
@@ -160,7 +160,7 @@ def test_the_default_ask_opens_the_read_pipeline_once_and_closes_it_with_the_ser
         yield Pipeline()
         opened.append("closed")
 
-    monkeypatch.setattr(strata.read.pipeline, "open_pipeline", open_pipeline)
+    monkeypatch.setattr(strata.pipeline.ask, "open_pipeline", open_pipeline)
     service = CorpusService(corpus_settings(tmp_path / "home"))
     assert [service.ask("first?"), service.ask("second?")] == ["first?", "second?"]
     assert opened == ["open"]
@@ -169,8 +169,8 @@ def test_the_default_ask_opens_the_read_pipeline_once_and_closes_it_with_the_ser
 
 
 def test_search_applies_rerank_method_unless_it_needs_the_llm(tmp_path_factory, shared_data: Path) -> None:
-    from strata.index.embedder import resolve_model_path
-    from strata.rerank.crossencoder import BASE_MODEL
+    from strata.encoders.embedder import resolve_model_path
+    from strata.encoders.cross_encoder import BASE_MODEL
     from strata.serve.service import CorpusService
 
     home = build_corpus(tmp_path_factory.getbasetemp(), shared_data)
@@ -179,7 +179,7 @@ def test_search_applies_rerank_method_unless_it_needs_the_llm(tmp_path_factory, 
     cross_encoder = corpus_settings(home, **{"rerank.method": "cross-encoder",
                                              "rerank.cross_encoder_model": str(resolve_model_path(BASE_MODEL))})
     with closing(CorpusService(cross_encoder)) as service:
-        first_stage = service.searcher.search(query, k=3)
+        first_stage = service.corpus.searcher.search(query, k=3)
         reranked = service.search(query, 3)
     assert reranked.method == f"{first_stage.method}>cross-encoder"
     assert sorted(reranked.paper_ids) == sorted(first_stage.paper_ids) and len(reranked.paper_ids) >= 2

@@ -5,8 +5,6 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
-import pytest
-
 from strata.config import EmbeddingSettings, Settings
 from strata.documents.builder import PaperBuilder
 from strata.documents.parsers import iter_papers
@@ -15,7 +13,6 @@ from strata.toc.baselines import LeafBM25, LeafDense
 from strata.toc.tree import document_toc
 
 
-@pytest.mark.integration
 def test_bm25_over_leaves_of_a_real_book_beats_random_leaves(shared_data: Path):
     book = shared_data / "openstax-toc-qa" / "introduction-sociology-3e" / "derived"
     (paper,) = iter_papers(book, Settings.load().parsing)

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from strata.config import Settings
-from strata.ingest import ingest, open_store
+from strata.pipeline.ingest import ingest
+from strata.store import open_store
 from strata.toc.query import format_toc_answer, resolve_document, run_toc_query
 
 CHAPTERS = {
@@ -93,7 +94,6 @@ def test_strata_train_toc_saves_the_adapter_that_strata_toc_then_answers_with(tm
     assert all(tuple(hit.path) in leaves for hit in answer.hits)
 
 
-@pytest.mark.integration
 def test_a_whole_real_book_too_long_for_the_context_still_answers_with_its_real_leaves(tmp_path, shared_data):
     """psychology-2e's ToC (~5k tokens) in a 2,048-token context: collapsed or windowed, never a crash."""
     from strata.eval.toc import load_toc_queries

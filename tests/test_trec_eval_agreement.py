@@ -20,7 +20,6 @@ TOLERANCE = 1e-6
 MRR_DEPTH = 10  # trec_eval's recip_rank has no cutoff; MRR@10 is it with ranks past 10 counting 0
 
 
-@pytest.mark.integration
 def test_bm25_scifact_metrics_match_trec_eval(shared_data: Path, tmp_path: Path) -> None:
     dataset = shared_data / "scifact" / "beir"
     settings = Settings.load(overrides={"store.home": str(tmp_path / "home")})

@@ -11,7 +11,7 @@ import tokenizers
 import transformers
 
 from strata.documents.builder import PaperBuilder
-from strata.llm import prompt_registry
+from strata.toc.model import toc_prompts
 from strata.toc.tree import document_toc, render_toc
 
 BOOK = {"Sleep": ["Dreams", "Insomnia"], "Memory": ["Encoding", "Forgetting"]}
@@ -34,7 +34,7 @@ def book():
 
 def tiny_tokenizer(toc):
     """Word-level: every word of the prompts, the ToC and the answers is in the vocabulary."""
-    registry = prompt_registry()
+    registry = toc_prompts()
     prompts = [f"{registry.get(name).system} {registry.get(name).user}" for name in registry.names()]
     text = " ".join([render_toc(toc), *prompts, "0 1 2 3 4 5 6 7 8 9"])
     words = ["<pad>", "<unk>", "<start>", "<end>", "system", "user", "assistant"]

@@ -1,7 +1,8 @@
 """The `strata` command line.
 
 Every command also takes one flag per settings field (`--search.k 20`, `--llm.backend openai`), derived from the
-settings tree, plus `--preset NAME`; heavy stages are imported only by the commands that need them.
+settings tree, plus `--preset NAME`; its `--help` names only the sections it reads, `--help-all` lists every flag.
+Heavy stages are imported only by the commands that need them.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import argparse
 import json
 import sys
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,7 +24,8 @@ if TYPE_CHECKING:
     from strata.eval.qa import QAEvalResult
     from strata.eval.retrieval import RetrievalEvalResult
     from strata.eval.toc import TocEvalResult
-    from strata.ingest import IngestReport
+    from strata.pipeline.ingest import IngestReport
+    from strata.read.model import AnswerFormat
 
 Handler = Callable[[argparse.Namespace, Settings], int]
 
@@ -38,25 +40,83 @@ def settings_fields(model: type[BaseModel], prefix: str = "") -> Iterator[tuple[
             yield f"{prefix}{name}", field
 
 
-def _settings_parent() -> argparse.ArgumentParser:
-    parent = argparse.ArgumentParser(add_help=False)
-    group = parent.add_argument_group("settings (also STRATA_SECTION__FIELD environment variables)")
-    group.add_argument("--preset", help=f"named preset: {', '.join(available_presets()) or 'none yet'} or a YAML path")
+SETTING = "setting:"  # argparse dest prefix of the flags derived from the settings tree
+
+
+@cache
+def _setting_flags() -> dict[str, list[tuple[str, str]]]:
+    """Section name -> (dotted name, help) of each of its setting flags, in settings-tree order."""
+    flags: dict[str, list[tuple[str, str]]] = {name: [] for name in Settings.model_fields}
     for dotted, field in settings_fields(Settings):
         default = field.default_factory() if field.default_factory else field.default
-        group.add_argument(
-            f"--{dotted}", dest=f"setting:{dotted}", metavar="VALUE", help=f"{field.description} (default: {default})"
-        )
-    return parent
+        flags[dotted.split(".")[0]].append((dotted, f"{field.description} (default: {default})"))
+    return flags
+
+
+def _add_settings(parser: argparse.ArgumentParser, sections: tuple[str, ...]) -> None:
+    """`--preset`, `--help-all` and every setting flag, one group per section. All flags are accepted by every
+    command (so no flag a script passes breaks), but `--help` only names the `sections` the command reads."""
+    flags = _setting_flags()
+    # A no-break space keeps each "--name.* (count)" on one line when argparse wraps the list.
+    used = ", ".join(f"--{name}.*\N{NO-BREAK SPACE}({len(flags[name])})" for name in sections) or "no section"
+    group = parser.add_argument_group(
+        "settings (also STRATA_SECTION__FIELD environment variables)",
+        f"this command reads {used}; --help-all lists every flag with its default",
+    )
+    group.add_argument("--preset", help=f"named preset: {', '.join(available_presets()) or 'none yet'} or a YAML path")
+    group.add_argument("--help-all", action=_HelpAll)
+    for name in (*sections, *(name for name in flags if name not in sections)):
+        note = "" if name in sections else " (accepted, not read by this command)"
+        section = parser.add_argument_group(f"--{name}.*: {Settings.model_fields[name].description}{note}")
+        for dotted, help_text in flags[name]:
+            section.add_argument(f"--{dotted}", dest=f"{SETTING}{dotted}", metavar="VALUE", help=help_text)
+
+
+class _CompactHelp(argparse.HelpFormatter):
+    """Leaves the ~140 setting flags out of the usage line, which they would bury, and, unless `full` (`--help-all`),
+    out of the listing."""
+
+    full = False
+
+    def add_usage(self, usage: Any, actions: Any, groups: Any, prefix: Any = None) -> None:
+        super().add_usage(usage, [action for action in actions if not _is_setting(action)], groups, prefix)
+
+    def add_arguments(self, actions: Any) -> None:
+        super().add_arguments([action for action in actions if self.full or not _is_setting(action)])
+
+
+class _FullHelp(_CompactHelp):
+    full = True
+
+
+def _is_setting(action: argparse.Action) -> bool:
+    return action.dest.startswith(SETTING)
+
+
+class _HelpAll(argparse.Action):
+    """`--help-all`: print the help with the setting flags listed, like `--help` does without them."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, nargs=0,
+                         help="show this help with every setting flag, its description and default, and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: Any) -> None:
+        parser.formatter_class = _FullHelp  # the parser exits right after, so nothing else sees the change
+        parser.print_help()
+        parser.exit()
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
     overrides = {
-        key.removeprefix("setting:"): value
+        key.removeprefix(SETTING): value
         for key, value in vars(args).items()
-        if key.startswith("setting:") and value is not None
+        if key.startswith(SETTING) and value is not None
     }
     return Settings.load(preset=args.preset, overrides=overrides)
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 def _print_json(model: BaseModel | list[BaseModel]) -> None:
@@ -73,11 +133,11 @@ def cmd_ingest(args: argparse.Namespace, settings: Settings) -> int:
     from tqdm import tqdm
 
     from strata.documents.parsers import discover
-    from strata.ingest import ingest
+    from strata.pipeline.ingest import ingest
 
     files = discover(args.paths)
     if args.ray:
-        from strata.ingest_ray import ingest_with_ray
+        from strata.pipeline.ingest_ray import ingest_with_ray
 
         address = None if args.ray == "local" else args.ray
         report = ingest_with_ray(files, settings, address=address, features=args.features)
@@ -104,11 +164,11 @@ def _ingest_status(report: IngestReport, strict: bool) -> int:
 
 
 def cmd_search(args: argparse.Namespace, settings: Settings) -> int:
-    from strata.retrieve.hybrid import open_searcher
+    from strata.corpus import Corpus
 
-    with open_searcher(settings) as searcher, _configured_reranker(settings, searcher.store) as reranker:
-        ranking = searcher.search(args.query, k=args.k or settings.search.k, method=args.method, prf=args.prf)
-        ranking = reranker.rank(args.query, ranking)
+    with Corpus.open(settings) as corpus:
+        ranking = corpus.searcher.search(args.query, k=args.k or settings.search.k, method=args.method, prf=args.prf)
+        ranking = corpus.reranker.rank(args.query, ranking)
     if args.json:
         _print_json(ranking)
         return 0
@@ -125,33 +185,19 @@ def cmd_search(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-@contextmanager
-def _configured_reranker(settings: Settings, store: Any) -> Iterator[Any]:
-    """`rerank.method`'s reranker; the LLM is loaded only for the listwise methods."""
-    from strata.rerank.factory import LLM_METHODS, make_reranker
-
-    if settings.rerank.method not in LLM_METHODS:
-        yield make_reranker(settings, store)
-        return
-    from strata.llm import make_client
-
-    with make_client(settings) as client:
-        yield make_reranker(settings, store, client)
-
-
 def _snippet(text: str, width: int = 200) -> str:
     flat = " ".join(text.split())
     return flat if len(flat) <= width else flat[: width - 1] + "…"
 
 
 def cmd_show(args: argparse.Namespace, settings: Settings) -> int:
+    from strata.corpus import Corpus
     from strata.documents.model import Locator
-    from strata.store import open_store
 
     locator = Locator.parse(args.locator)
-    with open_store(settings) as store:
-        located, text = store.locate(locator)
-        title = store.paper_summaries([located.paper_id])[located.paper_id].title
+    with Corpus.open(settings) as corpus:
+        located, text = corpus.store.locate(locator)
+        title = corpus.store.paper_summaries([located.paper_id])[located.paper_id].title
     if args.json:
         print(json.dumps({"locator": str(located), "title": title, "section_path": located.section_path,
                           "page": located.page, "text": text}, indent=2))
@@ -165,10 +211,10 @@ def cmd_show(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_stats(args: argparse.Namespace, settings: Settings) -> int:
-    from strata.store import open_store
+    from strata.corpus import Corpus
 
-    with open_store(settings) as store:
-        stats = store.stats()
+    with Corpus.open(settings) as corpus:
+        stats = corpus.store.stats()
     if args.json:
         _print_json(stats)
         return 0
@@ -241,7 +287,10 @@ def run_matrix_command(argv: list[str]) -> dict[str, float]:
     evaluate = getattr(args, "evaluate", None)
     if evaluate is None:
         raise ValueError(f"'strata {' '.join(argv)}' is not an evaluation the matrix can run")
-    return dict(evaluate(args, settings_from_args(args)).metrics)
+    from strata.eval.results import command_line
+
+    with command_line(["strata", *argv]):  # the row's result file names the row's command, not the matrix's
+        return dict(evaluate(args, settings_from_args(args)).metrics)
 
 
 def cmd_eval_compare(args: argparse.Namespace, settings: Settings) -> int:
@@ -268,12 +317,12 @@ def cmd_toc(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_ask(args: argparse.Namespace, settings: Settings) -> int:
-    from strata.read.pipeline import ask
+    from strata.pipeline.ask import ask
 
     def show_progress(event: Any) -> None:
         print(f"[{event.elapsed_s:6.1f}s] {event.stage} {event.status} {event.detail}", file=sys.stderr)
 
-    answer_format = args.format or ("mc" if args.options else "text")
+    answer_format: AnswerFormat = args.format or ("mc" if args.options else "text")
     result = ask(
         args.question, settings, options=args.options, answer_format=answer_format,
         on_event=show_progress if args.trace else None,
@@ -314,9 +363,11 @@ def cmd_llm_check(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_features(args: argparse.Namespace, settings: Settings) -> int:
+    from strata.corpus import Corpus
     from strata.rerank.factory import extract_features
 
-    report = extract_features(settings, paper_ids=args.papers or None, limit=args.limit)
+    with Corpus.open(settings) as corpus:
+        report = extract_features(settings, corpus.store, corpus.llm, paper_ids=args.papers or None, limit=args.limit)
     if args.json:
         _print_json(report)
     else:
@@ -325,24 +376,21 @@ def cmd_features(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_train_reranker(args: argparse.Namespace, settings: Settings) -> int:
-    from strata.llm import make_client
-    from strata.rerank.crossencoder import train_cross_encoder
-    from strata.retrieve.hybrid import open_searcher
+    from strata.corpus import Corpus
+    from strata.train.cross_encoder import train_cross_encoder
 
-    with open_searcher(settings) as searcher, make_client(settings) as client:
-        report = train_cross_encoder(settings, searcher.store, searcher, client)
+    with Corpus.open(settings) as corpus:
+        client = corpus.llm if settings.rerank.train_passages else None
+        report = train_cross_encoder(corpus, client, log=(lambda line: None) if args.json else _stderr)
     if args.json:
         _print_json(report)
     else:
-        print(f"cross-encoder saved to {report.model_dir}: {report.queries} synthetic queries "
-              f"({report.failed_queries} failed), {report.pairs} pairs, {report.steps} steps, "
-              f"loss {report.final_loss:.3f}; generation {report.generation_seconds:.0f}s, "
-              f"training {report.training_seconds:.0f}s")
+        print(report.summary())
     return 0
 
 
 def cmd_train_toc(args: argparse.Namespace, settings: Settings) -> int:
-    from strata.toc.query import train_toc_adapter
+    from strata.train.toc import train_toc_adapter
 
     try:
         report, folder = train_toc_adapter(settings, args.document, log=lambda line: print(line, file=sys.stderr))
@@ -362,17 +410,26 @@ def cmd_train_toc(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    settings_parent = _settings_parent()
     parser = argparse.ArgumentParser(prog="strata", description="Evidence-grounded search over scientific papers")
     commands = parser.add_subparsers(dest="command", required=True)
 
-    def command(name: str, handler: Handler, help_text: str, group: Any = commands) -> argparse.ArgumentParser:
-        sub = group.add_parser(name, help=help_text, parents=[settings_parent])
+    def command(
+        name: str, handler: Handler, help_text: str, group: Any = commands, *, reads: tuple[str, ...]
+    ) -> argparse.ArgumentParser:
+        """Register a command; `reads` names the settings sections its code reads (its `--help` lists those)."""
+        sub = group.add_parser(name, help=help_text, formatter_class=_CompactHelp)
         sub.set_defaults(handler=handler)
         sub.add_argument("--json", action="store_true", help="machine-readable output")
+        _add_settings(sub, reads)
         return sub
 
-    ingest_cmd = command("ingest", cmd_ingest, "parse, store and index files or folders")
+    # What answering a question reads: the search stack, the Lit3R stages, the LLM, and ToC induction for cited
+    # sections of papers without an outline.
+    answering = ("store", "index", "search", "llm", "toc", "retrieve", "relate", "rerank", "read")
+
+    # llm and rerank: --features extracts CoRank features with the LLM.
+    ingest_reads = ("parsing", "store", "index", "llm", "rerank")
+    ingest_cmd = command("ingest", cmd_ingest, "parse, store and index files or folders", reads=ingest_reads)
     ingest_cmd.add_argument("paths", nargs="+", help="files or folders (PDF, S2ORC, TEI, JATS, unarXive, BEIR, book)")
     ingest_cmd.add_argument("--quiet", action="store_true", help="no progress bar")
     ingest_cmd.add_argument("--strict", action="store_true", help="exit 1 when any file failed")
@@ -386,41 +443,50 @@ def build_parser() -> argparse.ArgumentParser:
         help="also extract CoRank's compact features of papers without current ones (on Ray workers with --ray)",
     )
 
-    search_cmd = command("search", cmd_search, "hybrid search: papers with their best passages and locators")
+    # llm: the listwise rerank methods.
+    search_reads = ("store", "index", "search", "llm", "rerank")
+    search_help = "hybrid search: papers with their best passages and locators"
+    search_cmd = command("search", cmd_search, search_help, reads=search_reads)
     search_cmd.add_argument("query")
     search_cmd.add_argument("--k", type=int, help="papers to return (default: search.k)")
     search_cmd.add_argument("--method", choices=["bm25", "dense", "hybrid"], default="hybrid")
     search_cmd.add_argument("--prf", action=argparse.BooleanOptionalAction, default=None,
                             help="pseudo-relevance feedback (default: search.prf)")
 
-    show_cmd = command("show", cmd_show, "print the exact text a locator names")
+    show_cmd = command("show", cmd_show, "print the exact text a locator names", reads=("store",))
     show_cmd.add_argument("locator", help="PAPER_ID#START-END as printed by search")
 
-    command("stats", cmd_stats, "corpus counts")
+    command("stats", cmd_stats, "corpus counts", reads=("store",))
 
-    toc_cmd = command("toc", cmd_toc, "the leaf section of a document's ToC that answers a question")
+    # index: the embedder that induces a ToC for a document without an outline.
+    toc_reads = ("store", "index", "llm", "toc")
+    toc_cmd = command("toc", cmd_toc, "the leaf section of a document's ToC that answers a question", reads=toc_reads)
     toc_cmd.add_argument("document", help="id of an ingested paper or book")
     toc_cmd.add_argument("question")
     toc_cmd.add_argument("--k", type=int, help="leaves to return (default: toc settings)")
 
-    train_toc_cmd = command("train-toc", cmd_train_toc, "fine-tune the STAIR adapter `strata toc` answers with")
+    train_toc_help = "fine-tune the STAIR adapter `strata toc` answers with"
+    train_toc_cmd = command("train-toc", cmd_train_toc, train_toc_help, reads=toc_reads)
     train_toc_cmd.add_argument("document", help="id or title of an ingested paper or book")
 
-    ask_cmd = command("ask", cmd_ask, "answer a question from the corpus with numbered, validated citations")
+    ask_help = "answer a question from the corpus with numbered, validated citations"
+    ask_cmd = command("ask", cmd_ask, ask_help, reads=answering)
     ask_cmd.add_argument("question")
     ask_cmd.add_argument("--options", nargs="+", help="answer options of a multiple-choice question")
     formats = ["text", "mc", "table"]
     ask_cmd.add_argument("--format", choices=formats, help="answer format (default: mc with --options, else text)")
     ask_cmd.add_argument("--trace", action="store_true", help="print stage progress and every LLM call with tokens")
 
-    serve_cmd = command("serve", cmd_serve, "HTTP API and web page (beyond loopback only with serve.token)")
+    serve_help = "HTTP API and web page (beyond loopback only with serve.token)"
+    serve_cmd = command("serve", cmd_serve, serve_help, reads=tuple(Settings.model_fields))  # POST /ingest: parsing
     serve_cmd.add_argument("--host", help="address to bind (default: serve.host, 127.0.0.1)")
     serve_cmd.add_argument("--port", type=int, help="port to bind (default: serve.port)")
 
-    command("mcp", cmd_mcp, "MCP server over stdio: tools search, ask, toc, read_section")
+    command("mcp", cmd_mcp, "MCP server over stdio: tools search, ask, toc, read_section", reads=(*answering, "serve"))
 
     eval_cmd = commands.add_parser("eval", help="evaluation").add_subparsers(dest="eval_command", required=True)
-    retrieval = command("retrieval", cmd_eval_task, "BEIR-format retrieval evaluation", eval_cmd)
+    retrieval_reads = ("parsing", "store", "index", "search")
+    retrieval = command("retrieval", cmd_eval_task, "BEIR-format retrieval evaluation", eval_cmd, reads=retrieval_reads)
     retrieval.add_argument("--dataset", required=True, help="BEIR folder: corpus.jsonl, queries.jsonl, qrels/")
     retrieval.add_argument("--method", choices=["bm25", "dense", "hybrid"], default="hybrid")
     retrieval.add_argument("--split", default="test", help="qrels split")
@@ -428,7 +494,7 @@ def build_parser() -> argparse.ArgumentParser:
     retrieval.set_defaults(evaluate=eval_retrieval, formatter=("strata.eval.retrieval", "format_result"))
 
     toc_help = "ToC retrieval on OpenStax ToC-QA: R@1, R@3, nDCG@3, hallucination"
-    toc_eval = command("toc", cmd_eval_task, toc_help, eval_cmd)
+    toc_eval = command("toc", cmd_eval_task, toc_help, eval_cmd, reads=("parsing", "index", "llm", "toc"))
     toc_eval.add_argument("--dataset", required=True, help="OpenStax ToC-QA folder (books with derived/), or one book")
     toc_eval.add_argument("--book", help="evaluate only this book (folder name; default: every book)")
     toc_eval.add_argument("--method", choices=["bm25", "dense", "llm", "llm-free", "stair", "dsi"], default="bm25",
@@ -438,7 +504,7 @@ def build_parser() -> argparse.ArgumentParser:
     toc_eval.set_defaults(evaluate=eval_toc, formatter=("strata.eval.toc", "format_toc_result"))
 
     qa_help = "question answering with `ask`: MC accuracy, cited gold papers, evidence overlap"
-    qa = command("qa", cmd_eval_task, qa_help, eval_cmd)
+    qa = command("qa", cmd_eval_task, qa_help, eval_cmd, reads=("parsing", *answering))  # ingests, then asks
     qa.add_argument("--dataset", required=True, help="LitQA2 folder (questions.jsonl, pdfs/) or SciFact original")
     qa.add_argument("--split", help="SciFact claims split (default dev)")
     qa.add_argument("--limit", type=int, help="evaluate only the first N questions")
@@ -447,33 +513,42 @@ def build_parser() -> argparse.ArgumentParser:
     qa.set_defaults(evaluate=eval_qa, formatter=("strata.eval.qa", "format_qa_result"))
 
     matrix_help = "rerun the reproduction matrix (each row carries its own flags); exit 1 when a score drifts"
-    matrix = command("matrix", cmd_eval_matrix, matrix_help, eval_cmd)
+    matrix = command("matrix", cmd_eval_matrix, matrix_help, eval_cmd, reads=())  # rows parse their own flags
     matrix.add_argument("--rows", choices=["cheap", "all"], default="cheap", help="cheap: rows that need no LLM")
     matrix.add_argument("--file", default="benchmarks/matrix.yaml", help="the matrix YAML")
     matrix.add_argument("--output", default="benchmarks/results/matrix.json", help="where the outcome JSON goes")
 
-    comparison = command("compare", cmd_eval_compare, "paired randomization test between two result files", eval_cmd)
+    compare_help = "paired randomization test between two result files"
+    comparison = command("compare", cmd_eval_compare, compare_help, eval_cmd, reads=())
     comparison.add_argument("baseline", help="result JSON of the baseline")
     comparison.add_argument("system", help="result JSON of the system")
     comparison.add_argument("--metric", default="nDCG@10", help="per-query metric to compare")
     comparison.add_argument("--permutations", type=int, help="random sign flips (default 10,000)")
     comparison.add_argument("--seed", type=int, help="random seed, recorded in the result")
 
-    features_cmd = command("features", cmd_features, "extract CoRank's compact features (cached by content hash)")
+    features_help = "extract CoRank's compact features (cached by content hash)"
+    features_cmd = command("features", cmd_features, features_help, reads=("store", "index", "llm", "rerank"))
     features_cmd.add_argument("papers", nargs="*", help="paper ids (default: the whole corpus)")
     features_cmd.add_argument("--limit", type=int, help="only the first N papers by id")
-    command("train-reranker", cmd_train_reranker, "train the cross-encoder on synthetic queries over the corpus")
+    train_reranker_help = "train the cross-encoder on synthetic queries over the corpus"
+    train_reranker_reads = ("store", "index", "search", "llm", "rerank")  # the LLM writes the synthetic queries
+    command("train-reranker", cmd_train_reranker, train_reranker_help, reads=train_reranker_reads)
 
     llm_cmd = commands.add_parser("llm", help="LLM layer").add_subparsers(dest="llm_command", required=True)
-    command("check", cmd_llm_check, "load the configured model and check it returns valid JSON", llm_cmd)
+    check_help = "load the configured model and check it returns valid JSON"
+    command("check", cmd_llm_check, check_help, llm_cmd, reads=("llm",))
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    from strata.eval.results import command_line
+
+    argv = sys.argv[1:] if argv is None else argv
     args = build_parser().parse_args(argv)
     try:
         settings = settings_from_args(args)
-        return args.handler(args, settings)
+        with command_line(["strata", *argv]):  # what result files record as the command that wrote them
+            return args.handler(args, settings)
     except (ValueError, KeyError, FileNotFoundError, StoreBusyError) as error:
         message = error.args[0] if isinstance(error, KeyError) and error.args else error
         print(f"strata: error: {message}", file=sys.stderr)

@@ -293,6 +293,20 @@ class RerankSettings(_Section):
         "first-stage ('cross-encoder' uses the one trained by `strata train-reranker`); corank-truncated and "
         "random-pool are CoRank's controls",
     )
+    stage: Literal["candidates", "subqueries"] = Field(
+        default="candidates",
+        description="Where `ask` applies the reranker, once: 'candidates' reorders Retrieve + Relate's fused "
+        "candidates; 'subqueries' reorders the head of each subquery's search inside Retrieve "
+        "(retrieve.rerank_depth papers)",
+    )
+    fusion_weight: float | None = Field(
+        default=None,
+        ge=0.0,
+        le=1.0,
+        description="Weight of the reranker's order fused with the first stage's (weighted RRF of ranks; 0 keeps "
+        "the first stage, 1 the reranker alone); unset = the weight train-reranker chose on its validation split "
+        "for a trained cross-encoder, else 1",
+    )
     pool: int = Field(default=200, ge=1, description="CoRank: first-stage candidates ranked in the coarse stage")
     fine_k: int = Field(default=20, ge=1, description="CoRank: coarse-stage survivors reranked on full text")
     listwise_depth: int = Field(default=20, ge=1, description="Vanilla listwise: top candidates reranked in one prompt")
@@ -334,13 +348,28 @@ class RerankSettings(_Section):
     cross_encoder_depth: int = Field(default=100, ge=1, description="Cross-encoder: top candidates rescored")
     cross_encoder_batch: int = Field(default=32, ge=1, description="Cross-encoder: pairs per scoring batch")
     train_passages: int = Field(
-        default=120, ge=1, description="train-reranker: corpus chunks sampled to generate one synthetic query each"
+        default=120, ge=0, description="train-reranker: papers sampled for one LLM-written query each (0: none)"
+    )
+    train_queries_per_source: int = Field(
+        default=3000,
+        ge=1,
+        description="train-reranker: papers sampled for the LLM-free queries (a title query and an inverse-cloze "
+        "sentence query each)",
     )
     train_negatives: int = Field(default=3, ge=1, description="train-reranker: hard negatives mined per query")
     train_negative_depth: int = Field(
-        default=30, ge=2, description="train-reranker: hard negatives are drawn from this many hybrid-search hits"
+        default=30, ge=2, description="train-reranker: hard negatives are drawn from this many BM25 hits"
     )
-    train_epochs: int = Field(default=2, ge=1, description="train-reranker: passes over the synthetic pairs")
+    train_validation_share: float = Field(
+        default=0.05, gt=0, lt=1, description="train-reranker: share of papers whose queries are held out"
+    )
+    train_validation_queries: int = Field(
+        default=200, ge=1, description="train-reranker: most held-out queries scored after each epoch"
+    )
+    train_epochs: int = Field(default=3, ge=1, description="train-reranker: most passes over the training pairs")
+    train_patience: int = Field(
+        default=1, ge=1, description="train-reranker: epochs without a better validation nDCG@10 before stopping"
+    )
     train_batch_size: int = Field(default=16, ge=1, description="train-reranker: pairs per optimisation step")
     train_learning_rate: float = Field(default=3e-5, gt=0, description="train-reranker: AdamW learning rate")
     train_max_length: int = Field(default=256, ge=32, description="Cross-encoder: most word pieces per pair")

@@ -45,7 +45,7 @@ def small_encoder(folder: Path) -> Path:
     os.environ["HF_HUB_OFFLINE"] = "1"
     from sentence_transformers import SentenceTransformer
 
-    from strata.index.embedder import resolve_model_path
+    from strata.encoders.embedder import resolve_model_path
 
     model = SentenceTransformer(
         str(resolve_model_path("packaged:all-MiniLM-L6-v2")), device="cpu", local_files_only=True

@@ -20,11 +20,12 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from strata.config import Settings
-from strata.ingest import _ingest_file  # the per-file path of `ingest`: time limit, error capture, store write
+from strata.pipeline.ingest import ingest_file  # the per-file path of `ingest`: time limit, error capture, store write
 from strata.store.sqlite import CorpusStore
 
+# The default for benchmarks/reliability.py; tests pass the `shared_data` fixture, which marks them integration.
 SHARED_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
-S2ORC_SAMPLES = SHARED_DATA / "s2orc-doc2json-samples" / "tests"
+S2ORC_SAMPLES = Path("s2orc-doc2json-samples") / "tests"  # under the data folder
 # Seconds a file may overrun its time limit before it counts as a hang (SIGALRM lands between Python bytecodes).
 HANG_GRACE_S = 5.0
 
@@ -72,14 +73,15 @@ def seed_pdf(pages: int = 3) -> bytes:
     return data
 
 
-def seeds() -> list[HostileInput]:
-    unarxive_line = (SHARED_DATA / "unarxive-sample" / "arXiv_src_2212_086.jsonl").open("rb").readline()
-    beir_lines = b"".join((SHARED_DATA / "scifact" / "beir" / "corpus.jsonl").open("rb").readlines()[:3])
+def seeds(data: Path = SHARED_DATA) -> list[HostileInput]:
+    s2orc_samples = data / S2ORC_SAMPLES
+    unarxive_line = (data / "unarxive-sample" / "arXiv_src_2212_086.jsonl").open("rb").readline()
+    beir_lines = b"".join((data / "scifact" / "beir" / "corpus.jsonl").open("rb").readlines()[:3])
     return [
         HostileInput(family="pdf", suffix=".pdf", data=seed_pdf()),
-        HostileInput(family="s2orc", suffix=".json", data=(S2ORC_SAMPLES / "pdf" / "N18-3011.json").read_bytes()),
-        HostileInput(family="tei", suffix=".tei.xml", data=(S2ORC_SAMPLES / "pdf" / "N18-3011.tei.xml").read_bytes()),
-        HostileInput(family="jats", suffix=".nxml", data=(S2ORC_SAMPLES / "jats" / "PMC5828200.nxml").read_bytes()),
+        HostileInput(family="s2orc", suffix=".json", data=(s2orc_samples / "pdf" / "N18-3011.json").read_bytes()),
+        HostileInput(family="tei", suffix=".tei.xml", data=(s2orc_samples / "pdf" / "N18-3011.tei.xml").read_bytes()),
+        HostileInput(family="jats", suffix=".nxml", data=(s2orc_samples / "jats" / "PMC5828200.nxml").read_bytes()),
         HostileInput(family="unarxive", suffix=".jsonl", data=unarxive_line),
         HostileInput(family="beir", suffix=".jsonl", data=beir_lines),
     ]
@@ -146,12 +148,12 @@ def _huge_page_pdf(lines: int) -> bytes:
 
 
 @lru_cache(maxsize=2)
-def named_cases(scale: int = 1) -> tuple[HostileInput, ...]:
+def named_cases(scale: int = 1, data: Path = SHARED_DATA) -> tuple[HostileInput, ...]:
     """Deterministic hostile files; `scale` multiplies the sizes (page counts, nesting depth, string length)."""
     pdf = lambda family, data: HostileInput(family=f"pdf:{family}", suffix=".pdf", data=data)  # noqa: E731
     deep = 20_000 * scale
-    s2orc = json.loads((S2ORC_SAMPLES / "pdf" / "N18-3011.json").read_bytes())
-    tei = (S2ORC_SAMPLES / "pdf" / "N18-3011.tei.xml").read_bytes()
+    s2orc = json.loads((data / S2ORC_SAMPLES / "pdf" / "N18-3011.json").read_bytes())
+    tei = (data / S2ORC_SAMPLES / "pdf" / "N18-3011.tei.xml").read_bytes()
     cases = [
         pdf("encrypted", _encrypted_pdf("secret")),
         pdf("owner-password-only", _encrypted_pdf("")),
@@ -304,7 +306,7 @@ class FuzzRun:
         path.write_bytes(case.data)
         started = time.monotonic()
         try:
-            result = _ingest_file(self.store, path, self.settings, None)
+            result = ingest_file(self.store, path, self.settings)
             status, detail = ("parsed", "") if result.status == "ok" else ("error", result.error or "")
             if status == "error" and not detail.strip():
                 status, detail = "crash", "failed without a reason"

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from strata.config import ChunkingSettings
 from strata.documents.model import Chunk, ContentType, Paper, Reference, Section
 
 BLOCK_SEPARATOR = "\n\n"
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9(\[])")
+SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9(\[])")
 
 
 @dataclass
@@ -80,7 +81,8 @@ class PaperBuilder:
         self._parts.append(text)
         self._length += len(text)
 
-    def build(self, **metadata: object) -> Paper:
+    def build(self, **metadata: Any) -> Paper:
+        """The paper, with the fields a parser read from the document (title, authors, ...), validated by `Paper`."""
         text = "".join(self._parts)
         chunks = [
             Chunk(
@@ -134,7 +136,7 @@ class PaperBuilder:
 
     def _split_long(self, block: _Block) -> list[tuple[int, int]]:
         """Cut a long block at sentence ends into pieces of at most max_words (a single long sentence stays whole)."""
-        cuts = [0] + [match.end() for match in _SENTENCE_END.finditer(block.text)] + [len(block.text)]
+        cuts = [0] + [match.end() for match in SENTENCE_END.finditer(block.text)] + [len(block.text)]
         pieces: list[tuple[int, int]] = []
         piece_start = 0
         for previous_cut, cut in zip(cuts, cuts[1:]):

@@ -162,6 +162,7 @@ def guess_title(entry: str) -> str | None:
     title."""
     body = _URL_OR_DOI.sub("", entry).strip()
     authors = _AUTHOR_LIST.match(body)
+    title: str | None
     if authors and authors.end() > 0:
         title = _first_sentence(_LEADING_YEAR.sub("", body[authors.end() :], count=1))
     else:

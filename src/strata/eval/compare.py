@@ -1,17 +1,18 @@
 """Paired randomization test between two result files of any task (retrieval, ToC, QA).
 
-A result file is a JSON object with `per_query: [{query_id, metrics: {name: value}}]`, as every `strata eval`
-command writes. Queries are paired by id; only queries present in both files are compared.
+A result file (strata.eval.results) of one experiment with per-query rows, as every `strata eval` command and
+benchmarks/stair.py's per-query files have. Queries are paired by id; only queries present in both files are compared.
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 from pydantic import BaseModel, Field
 from scipy.stats import permutation_test
+
+from strata.eval.results import load_result
 
 DEFAULT_PERMUTATIONS = 10_000
 DEFAULT_SEED = 20261130
@@ -34,18 +35,33 @@ class ComparisonResult(BaseModel):
     per_query_delta: dict[str, float]
 
 
+def paired_p_value(
+    baseline: np.ndarray, system: np.ndarray, permutations: int = DEFAULT_PERMUTATIONS, seed: int = DEFAULT_SEED
+) -> float:
+    """Two-sided paired randomization test of the mean per-query difference (sign flips of the deltas)."""
+    test = permutation_test(
+        (system, baseline),
+        lambda x, y, axis: np.mean(x - y, axis=axis),
+        permutation_type="samples",
+        n_resamples=permutations,
+        alternative="two-sided",
+        vectorized=True,
+        random_state=np.random.default_rng(seed),
+    )
+    return float(test.pvalue)
+
+
 def load_per_query(path: Path, metric: str) -> dict[str, float]:
-    data = json.loads(Path(path).read_text(encoding="utf-8"))
-    rows = data.get("per_query") if isinstance(data, dict) else None
-    if not isinstance(rows, list):
-        raise ValueError(f"{path}: not a result file (no 'per_query' list)")
+    with_rows = [rows for e in load_result(path).experiments if isinstance(rows := e.per_query, list)]
+    if len(with_rows) != 1:
+        raise ValueError(f"{path}: {len(with_rows)} experiments hold per-query rows; a comparison needs exactly one")
     scores: dict[str, float] = {}
-    for row in rows:
-        value = row.get("metrics", {}).get(metric)
+    for row in with_rows[0]:
+        value = row.metrics.get(metric)
         if value is None:
-            available = ", ".join(sorted(row.get("metrics", {}))) or "none"
-            raise ValueError(f"{path}: query {row.get('query_id')} has no metric {metric!r} (has: {available})")
-        scores[str(row["query_id"])] = float(value)
+            available = ", ".join(sorted(row.metrics)) or "none"
+            raise ValueError(f"{path}: query {row.query_id} has no metric {metric!r} (has: {available})")
+        scores[row.query_id] = value
     return scores
 
 
@@ -63,15 +79,7 @@ def compare(
         raise ValueError(f"{baseline_file} and {system_file} share {len(query_ids)} queries; need at least 2")
     a = np.array([baseline[q] for q in query_ids])
     b = np.array([system[q] for q in query_ids])
-    test = permutation_test(
-        (b, a),
-        lambda x, y, axis: np.mean(x - y, axis=axis),
-        permutation_type="samples",
-        n_resamples=permutations,
-        alternative="two-sided",
-        vectorized=True,
-        random_state=np.random.default_rng(seed),
-    )
+    p_value = paired_p_value(a, b, permutations, seed)
     deltas = b - a
     return ComparisonResult(
         baseline_file=str(baseline_file),
@@ -81,7 +89,7 @@ def compare(
         baseline_mean=float(a.mean()),
         system_mean=float(b.mean()),
         mean_delta=float(deltas.mean()),
-        p_value=float(test.pvalue),
+        p_value=p_value,
         permutations=permutations,
         seed=seed,
         wins=int((deltas > 0).sum()),

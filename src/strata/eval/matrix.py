@@ -18,6 +18,8 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from strata.eval.results import DatasetRef, Experiment, new_result, repeated, write_result
+
 RowSelection = Literal["cheap", "all"]
 Status = Literal["PASS", "FAIL", "ERROR"]
 # Runs one command (argv without the leading 'strata') and returns its mean metrics.
@@ -51,10 +53,9 @@ class MatrixSpec(BaseModel):
 
     @model_validator(mode="after")
     def _unique_ids(self) -> MatrixSpec:
-        ids = [row.id for row in self.rows]
-        repeated = sorted({row_id for row_id in ids if ids.count(row_id) > 1})
-        if repeated:
-            raise ValueError(f"row ids must be unique; repeated: {', '.join(repeated)}")
+        twice = repeated(row.id for row in self.rows)
+        if twice:
+            raise ValueError(f"row ids must be unique; repeated: {', '.join(twice)}")
         return self
 
 
@@ -163,6 +164,30 @@ def format_matrix(result: MatrixResult) -> str:
 
 
 def write_matrix_result(result: MatrixResult, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(result.model_dump_json(indent=2) + "\n", encoding="utf-8")
+    """As a result file (strata.eval.results): one experiment per row, its metric measured (when it ran), the
+    expected score and verdict in its details."""
+    experiments = [
+        Experiment(
+            name=outcome.id,
+            method=_method_of(outcome.command),
+            dataset=outcome.dataset,
+            metrics={} if outcome.got is None else {outcome.metric: outcome.got},
+            cost={"seconds": outcome.seconds},
+            command=outcome.command,
+            details=outcome.model_dump(include={"metric", "expected", "tolerance", "delta", "status", "error"}),
+        )
+        for outcome in result.outcomes
+    ]
+    written = new_result(
+        "strata eval matrix",
+        experiments,
+        datasets=[DatasetRef(name=name) for name in dict.fromkeys(outcome.dataset for outcome in result.outcomes)],
+        details=result.model_dump(include={"matrix_file", "rows_selected", "passed"}),
+    )
+    write_result(written, path)
+
+
+def _method_of(command: str) -> str:
+    words = shlex.split(command)
+    return words[words.index("--method") + 1] if "--method" in words[:-1] else words[0]
 

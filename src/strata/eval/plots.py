@@ -1,17 +1,16 @@
-"""Figures from the result JSONs in a results folder, saved as PNG beside them.
+"""Figures from the result files (strata.eval.results.ResultFile) in a results folder, saved as PNG beside them.
 
   recall_at_k.png   mean R@1..100 per retrieval method, from the TREC runs that `strata eval retrieval` results name
-  toc_r1_by_book.png  ToC R@1 per book and method, from stair*.json (benchmarks/stair.py's `methods` tables)
-  cost_quality.png  nDCG@10 against cost per query, from the `methods` (retrieval.json) or `rows` (corank.json) of
-                    any results JSON: LLM tokens per query (`llm_tokens_per_query`, or tokens in + out per query)
-                    when any row has them, else latency
+  toc_r1_by_book.png  ToC R@1 per book and method, from the experiments of stair*.json (benchmarks/stair.py)
+  cost_quality.png  nDCG@10 against cost per query, from every experiment of the folder's result files that has
+                    nDCG@10: LLM tokens per query (`llm_tokens_per_query`, or tokens in + out per query) when any
+                    has them, else p50 latency
 
 A figure whose inputs do not exist yet is skipped with the reason, never an error.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,10 +20,10 @@ import matplotlib
 
 matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt  # noqa: E402 -- the backend must be chosen first
-from pydantic import BaseModel, Field, ValidationError  # noqa: E402
+from pydantic import BaseModel, Field  # noqa: E402
 
 from strata.eval.beir import load_beir  # noqa: E402
-from strata.eval.retrieval import RetrievalEvalResult  # noqa: E402
+from strata.eval.results import Experiment, ResultFile, ResultFileError, load_result  # noqa: E402
 
 RECALL_DEPTHS = tuple(range(1, 101))
 TOC_FILES = "stair*.json"  # stair.json, stair-cpu.json, stair-gpu.json
@@ -34,6 +33,13 @@ QUALITY = "nDCG@10"
 TOKENS = "llm_tokens_per_query"
 TOKENS_IN, TOKENS_OUT = "tokens_in_per_query", "tokens_out_per_query"  # corank.json
 LATENCY = "latency_p50_ms"
+RETRIEVAL_RUN = "strata eval retrieval"  # the benchmark of the result files that name a TREC run
+# name -> (file, what it shows): make_figures draws them, benchmarks/report.py lists the ones drawn.
+FIGURES = {
+    "recall@k": ("recall_at_k.png", "mean R@1..100 of each retrieval run whose TREC run is kept"),
+    "ToC R@1 by book": ("toc_r1_by_book.png", "every ToC method per book, from stair*.json"),
+    "cost vs quality": ("cost_quality.png", "nDCG@10 against LLM tokens (or p50 latency) per query"),
+}
 
 
 class Figure(BaseModel):
@@ -57,9 +63,9 @@ class CostPoint(BaseModel):
 def make_figures(results_dir: Path, base: Path) -> list[Figure]:
     """All figures for `results_dir`; relative paths inside results are taken from `base` (where the eval ran)."""
     return [
-        plot_recall_curves(recall_curves(results_dir, base), results_dir / "recall_at_k.png"),
-        plot_toc_by_book(toc_results(results_dir), results_dir / "toc_r1_by_book.png"),
-        plot_cost_quality(cost_points(results_dir), results_dir / "cost_quality.png"),
+        plot_recall_curves(recall_curves(results_dir, base), results_dir / FIGURES["recall@k"][0]),
+        plot_toc_by_book(toc_results(results_dir), results_dir / FIGURES["ToC R@1 by book"][0]),
+        plot_cost_quality(cost_points(results_dir), results_dir / FIGURES["cost vs quality"][0]),
     ]
 
 
@@ -68,18 +74,19 @@ def make_figures(results_dir: Path, base: Path) -> list[Figure]:
 
 def recall_curves(results_dir: Path, base: Path) -> list[RecallCurve]:
     """One curve per (dataset, split, method), from the newest result file whose run file still exists."""
-    newest: dict[tuple[str, str, str], tuple[float, RetrievalEvalResult]] = {}
+    newest: dict[tuple[str, str, str], tuple[float, ResultFile]] = {}
     for path, result in _retrieval_results(results_dir):
-        run_file = _under(base, result.run_file)
-        if run_file is None or not run_file.is_file():
+        run_file = _under(base, result.details.get("run_file"))
+        (ref,), (experiment,) = result.datasets, result.experiments
+        if run_file is None or not run_file.is_file() or ref.path is None:
             continue
-        key = (result.dataset, result.split, result.method)
+        key = (ref.name, ref.split or "", experiment.method)
         if key not in newest or path.stat().st_mtime > newest[key][0]:
             newest[key] = (path.stat().st_mtime, result)
     curves = []
     for (dataset, split, method), (_, result) in sorted(newest.items()):
-        qrels = load_beir(_under(base, result.dataset_dir), split).qrels
-        run = ir_measures.read_trec_run(str(_under(base, result.run_file)))
+        qrels = load_beir(base / str(result.datasets[0].path), split).qrels
+        run = ir_measures.read_trec_run(str(base / result.details["run_file"]))
         curves.append(RecallCurve(label=f"{dataset} {split}: {method}", recall=mean_recall_at(qrels, list(run))))
     return curves
 
@@ -108,12 +115,16 @@ def plot_recall_curves(curves: list[RecallCurve], path: Path) -> Figure:
     return Figure(name="recall@k", path=path, note=f"mean R@1..100 of {len(curves)} runs")
 
 
-def _retrieval_results(results_dir: Path) -> Iterator[tuple[Path, RetrievalEvalResult]]:
+def _retrieval_results(results_dir: Path) -> Iterator[tuple[Path, ResultFile]]:
+    """`strata eval retrieval` results anywhere under the folder, its work folders included (where
+    benchmarks/retrieval.py keeps its runs)."""
     for path in sorted(results_dir.rglob("*.json")):
         try:
-            yield path, RetrievalEvalResult.model_validate_json(path.read_text(encoding="utf-8"))
-        except (ValidationError, ValueError):
-            continue  # other result files share the folder
+            result = load_result(path)
+        except (ResultFileError, ValueError):
+            continue  # work files of other kinds share the folder
+        if result.benchmark == RETRIEVAL_RUN and len(result.experiments) == len(result.datasets) == 1:
+            yield path, result
 
 
 def _under(base: Path, path: str | None) -> Path | None:
@@ -123,19 +134,19 @@ def _under(base: Path, path: str | None) -> Path | None:
 # ToC R@1 per book
 
 
-def toc_scores_by_book(data: Any, name: str) -> dict[str, dict[str, float]]:
-    """'experiment: method' -> scope -> R@1, from a ToC results file (benchmarks/stair.py's layout): any object
-    with `methods: {method: {scope: {metrics}}}`, where a scope is 'all' or a book. `name` labels a top-level one."""
+def toc_scores_by_book(result: ResultFile) -> dict[str, dict[str, float]]:
+    """'experiment: method' -> scope -> R@1, from a ToC results file of benchmarks/stair.py: its experiments grouped
+    by part (`group`), a scope being 'all' or a book (`subset`). A part that another pools (named in that one's
+    `pooled_from`, e.g. one small book inside the small books together) is left out: its rows are in the pooled one."""
+    parts = result.details.get("parts", {})
+    pooled = {source for part in parts.values() for source in part.get("pooled_from", [])}
     scores: dict[str, dict[str, float]] = {}
-    for experiment, methods in _method_tables(data, name):
-        for method, scopes in methods.items():
-            by_scope = {
-                str(scope): float(cell["metrics"][TOC_METRIC])
-                for scope, cell in (scopes.items() if isinstance(scopes, dict) else [])
-                if isinstance(cell, dict) and TOC_METRIC in cell.get("metrics", {})
-            }
-            if by_scope:
-                scores[f"{experiment}: {method}"] = by_scope
+    for experiment in result.experiments:
+        if experiment.group in pooled or TOC_METRIC not in experiment.metrics or experiment.subset is None:
+            continue
+        scores.setdefault(f"{experiment.group}: {experiment.method}", {})[experiment.subset] = experiment.metrics[
+            TOC_METRIC
+        ]
     return scores
 
 
@@ -143,7 +154,7 @@ def toc_results(results_dir: Path) -> dict[str, dict[str, float]]:
     """toc_scores_by_book over every ToC results file in the folder."""
     scores: dict[str, dict[str, float]] = {}
     for path in sorted(results_dir.glob(TOC_FILES)):
-        scores.update(toc_scores_by_book(json.loads(path.read_text(encoding="utf-8")), path.stem))
+        scores.update(toc_scores_by_book(load_result(path)))
     return scores
 
 
@@ -166,59 +177,45 @@ def plot_toc_by_book(scores: dict[str, dict[str, float]], path: Path) -> Figure:
     return Figure(name="ToC R@1 by book", path=path, note=f"{len(shown)} methods over {len(books)} books")
 
 
-def _method_tables(data: Any, name: str) -> Iterator[tuple[str, dict[str, Any]]]:
-    """(experiment, methods) of a results file. An experiment that another one pools (named in its `pooled_from`,
-    e.g. one small book inside the small books together) is left out: its rows are already in the pooled one."""
-    if isinstance(data, dict):
-        if isinstance(data.get("methods"), dict):
-            yield name, data["methods"]
-            return
-        experiments = [value for value in data.values() if isinstance(value, dict)]
-        pooled = {source for experiment in experiments for source in experiment.get("pooled_from", [])}
-        for key, value in data.items():
-            if key not in pooled:
-                yield from _method_tables(value, str(key))
-
-
 # cost against quality
 
 
 def cost_points(results_dir: Path) -> list[CostPoint]:
     points = []
     for path in sorted(results_dir.glob("*.json")):
-        data = json.loads(path.read_text(encoding="utf-8"))
-        rows = (data.get("methods") or data.get("rows")) if isinstance(data, dict) else None
-        for row in rows if isinstance(rows, list) else []:
-            if isinstance(row, dict) and isinstance(row.get(QUALITY), int | float) and "method" in row:
+        for experiment in load_result(path).experiments:
+            if QUALITY in experiment.metrics:
                 points.append(
                     CostPoint(
-                        label=f"{path.stem}: {row['method']}",
-                        quality=row[QUALITY],
-                        latency_ms=row.get(LATENCY),
-                        tokens_per_query=_tokens_per_query(row),
+                        label=f"{path.stem}: {experiment.method}",
+                        quality=experiment.metrics[QUALITY],
+                        latency_ms=experiment.cost.get(LATENCY),
+                        tokens_per_query=_tokens_per_query(experiment),
                     )
                 )
     return points
 
 
-def _tokens_per_query(row: dict[str, Any]) -> float | None:
-    if TOKENS in row:
-        return row[TOKENS]
-    parts = [row[key] for key in (TOKENS_IN, TOKENS_OUT) if key in row]
+def _tokens_per_query(experiment: Experiment) -> float | None:
+    cost = experiment.cost
+    if TOKENS in cost:
+        return cost[TOKENS]
+    parts = [cost[key] for key in (TOKENS_IN, TOKENS_OUT) if key in cost]
     return sum(parts) if parts else None
 
 
 def plot_cost_quality(points: list[CostPoint], path: Path) -> Figure:
     if not points:
-        return Figure(name="cost vs quality", note=f"skipped: no results JSON with `methods` rows carrying {QUALITY}")
-    with_tokens = [point for point in points if point.tokens_per_query is not None]
+        return Figure(name="cost vs quality", note=f"skipped: no experiment in the result files measures {QUALITY}")
+    with_tokens = [(point, tokens) for point in points if (tokens := point.tokens_per_query) is not None]
     if with_tokens:
-        shown, cost, axis = with_tokens, [p.tokens_per_query for p in with_tokens], "LLM tokens per query"
-        note = f"{len(shown)} methods with LLM token counts"
+        costed, axis = with_tokens, "LLM tokens per query"
+        note = f"{len(costed)} methods with LLM token counts"
     else:
-        shown = [point for point in points if point.latency_ms is not None]
-        cost, axis = [p.latency_ms for p in shown], "p50 latency per query (ms)"
-        note = f"{len(shown)} methods; cost is p50 latency: no result carries LLM token counts yet"
+        costed = [(point, latency) for point in points if (latency := point.latency_ms) is not None]
+        axis = "p50 latency per query (ms)"
+        note = f"{len(costed)} methods; cost is p50 latency: no result carries LLM token counts yet"
+    shown, cost = [point for point, _ in costed], [value for _, value in costed]
     figure, axes = plt.subplots(figsize=(6.4, 4.2))
     axes.scatter(cost, [point.quality for point in shown])
     for point, x in zip(shown, cost):

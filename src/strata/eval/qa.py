@@ -4,7 +4,7 @@ LitQA2 (multiple choice): accuracy, precision (correct / answered), coverage, th
 and overlap of the cited evidence with the key passage (share of the key passage's analysed terms the cited passages
 contain). SciFact (claims with rationale sentences, asked 'supported or refuted?'): label accuracy, and
 evidence-sentence precision, recall and F1 of the quoted sentences against the rationales, micro-averaged over
-claims. Writes predictions JSONL and a JSON result.
+claims. Writes predictions JSONL and a result file (strata.eval.results).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from pydantic import BaseModel, Field
 
 from strata.config import Settings
 from strata.eval.datasets import Dataset, EvalQuery, load_dataset
+from strata.eval.results import DatasetRef, Experiment, QueryRow, new_result, write_result
 from strata.index.bm25 import english_analyzer
 from strata.llm import TraceSummary
 from strata.read.model import AskResult, Evidence
@@ -93,7 +94,7 @@ def run_qa_eval(
     into the evaluation store `store.home/eval/NAME-HASH-CHUNKING`, as `strata eval retrieval` does.
     """
     from strata.eval.retrieval import _eval_settings  # one naming rule for evaluation stores
-    from strata.read.pipeline import open_pipeline
+    from strata.pipeline.ask import open_pipeline
 
     dataset = load_dataset(dataset_dir, split=split)
     if dataset.kind not in ("litqa2", "scifact"):
@@ -135,7 +136,7 @@ def run_qa_eval(
 
 
 def _ingest(dataset: Dataset, settings: Settings) -> None:
-    from strata.ingest import ingest
+    from strata.pipeline.ingest import ingest
 
     report = ingest(dataset.corpus, settings)
     if report.errors:
@@ -301,4 +302,40 @@ def _write_outputs(result: QAEvalResult, predictions: list[QAPrediction], output
     predictions_path, result_path = output_dir / f"{stem}.jsonl", output_dir / f"{stem}.json"
     predictions_path.write_text("".join(p.model_dump_json() + "\n" for p in predictions), encoding="utf-8")
     result.predictions_file, result.result_file = str(predictions_path), str(result_path)
-    result_path.write_text(result.model_dump_json(indent=2), encoding="utf-8")
+    written = new_result(
+        "strata eval qa",
+        [qa_experiment(result, stem)],
+        datasets=[qa_dataset(result)],
+        settings=result.settings,
+        details={"store_home": result.store_home, "predictions_file": result.predictions_file},
+    )
+    write_result(written, result_path)
+
+
+def qa_dataset(result: QAEvalResult) -> DatasetRef:
+    return DatasetRef(
+        name=result.dataset, path=result.dataset_dir, fingerprint=result.dataset_fingerprint, split=result.split
+    )
+
+
+def qa_experiment(result: QAEvalResult, name: str) -> Experiment:
+    """The evaluation as an experiment of a result file: its metrics, LLM cost and per-query rows."""
+    llm = result.llm
+    return Experiment(
+        name=name,
+        method="ask",
+        dataset=result.dataset,
+        queries=result.queries,
+        metrics=result.metrics,
+        cost={
+            "llm_calls": llm.calls, "llm_tokens_in": llm.tokens_in, "llm_tokens_out": llm.tokens_out,
+            "llm_cache_hits": llm.cache_hits, "wall_s": result.wall_s,
+            "seconds_per_question": result.wall_s / max(result.queries, 1),
+        },
+        per_query=[QueryRow(**row.model_dump()) for row in result.per_query],
+        details={
+            "limit": result.limit,
+            "models": {"llm_backend": result.llm_backend, "llm_model": result.llm_model,
+                       "embedding": result.embedding_model},
+        },
+    )  # fmt: skip

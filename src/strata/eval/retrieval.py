@@ -16,10 +16,11 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from strata.config import ChunkingSettings, IndexSettings, SearchSettings, Settings
+from strata.corpus import Corpus
 from strata.documents.model import Ranking
 from strata.eval.beir import BeirDataset, load_beir
-from strata.index import CorpusIndex
-from strata.retrieve.hybrid import HybridSearcher, Method
+from strata.eval.results import DatasetRef, Experiment, QueryRow, ResultFile, new_result, write_result
+from strata.retrieve.protocol import Method
 
 MEASURES = {
     "nDCG@10": ir_measures.nDCG @ 10,
@@ -152,7 +153,7 @@ def _eval_settings(settings: Settings, dataset: BeirDataset, method: Method, sto
 
 def _prepare_corpus(dataset: BeirDataset, settings: Settings) -> tuple[float, float]:
     """(ingest seconds, index seconds): ingest skips an unchanged corpus file, and its sync catches the indices up."""
-    from strata.ingest import ingest
+    from strata.pipeline.ingest import ingest
 
     report = ingest([dataset.corpus_path], settings)
     if report.errors:
@@ -163,17 +164,14 @@ def _prepare_corpus(dataset: BeirDataset, settings: Settings) -> tuple[float, fl
 def _run_queries(
     dataset: BeirDataset, settings: Settings, method: Method, prf: bool | None
 ) -> tuple[dict[str, Ranking], dict[str, float]]:
-    from strata.store import open_store
-
     rankings: dict[str, Ranking] = {}
     latencies: dict[str, float] = {}
-    with open_store(settings) as store:
-        searcher = HybridSearcher(store, CorpusIndex(store, settings), settings.search)
+    with Corpus.open(settings) as corpus:
         if method != "bm25":
-            searcher.index.dense.embedder.embed_query("warm-up")  # model loading is not query latency
+            corpus.vectors.embedder.embed_query("warm-up")  # model loading is not query latency
         for query in dataset.queries:
             started = time.perf_counter()
-            rankings[query.id] = searcher.search(query.text, k=RUN_DEPTH, method=method, prf=prf)
+            rankings[query.id] = corpus.searcher.search(query.text, k=RUN_DEPTH, method=method, prf=prf)
             latencies[query.id] = time.perf_counter() - started
     return rankings, latencies
 
@@ -199,4 +197,26 @@ def _write_outputs(result: RetrievalEvalResult, run: dict[str, dict[str, float]]
             for rank, (doc_id, score) in enumerate(scores.items(), start=1):
                 handle.write(f"{query_id} Q0 {doc_id} {rank} {score!r} strata-{result.method}\n")
     result.run_file, result.result_file = str(run_path), str(result_path)
-    result_path.write_text(result.model_dump_json(indent=2), encoding="utf-8")
+    write_result(result_file(result), result_path)
+
+
+def result_file(result: RetrievalEvalResult) -> ResultFile:
+    """The result as `strata eval retrieval` writes it: one experiment, with its per-query rows."""
+    return new_result(
+        "strata eval retrieval",
+        datasets=[
+            DatasetRef(name=result.dataset, path=result.dataset_dir, fingerprint=result.dataset_fingerprint,
+                       split=result.split)
+        ],
+        settings={name: getattr(result, name).model_dump(mode="json") for name in ("search", "index", "chunking")},
+        experiments=[retrieval_experiment(result, Path(result.result_file or result.method).stem)],
+        details={"store_home": result.store_home, "run_file": result.run_file},
+    )
+
+
+def retrieval_experiment(result: RetrievalEvalResult, name: str) -> Experiment:
+    """The evaluation as an experiment of a result file: its metrics, timings and per-query rows."""
+    return Experiment(
+        name=name, method=result.method, dataset=result.dataset, queries=result.queries, metrics=result.metrics,
+        cost=result.timings.model_dump(), per_query=[QueryRow(**row.model_dump()) for row in result.per_query],
+    )  # fmt: skip

@@ -7,7 +7,7 @@ gold's depth and only its first occurrence counts. R@k is then whether the gold 
 Hallucination is the share of queries whose free generation names no leaf (methods that generate only).
 
 `run_toc_eval` (`strata eval toc`) ranks every question of a dataset with one method, scores it and writes a
-predictions file and a JSON result (the format `strata.eval.compare` reads).
+predictions file and a result file (strata.eval.results, which `strata.eval.compare` reads).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from pydantic import BaseModel, Field
 
 from strata.config import EmbeddingSettings, LLMSettings, Settings, TocSettings
 from strata.eval.datasets import Dataset, load_dataset
+from strata.eval.results import DatasetRef, Experiment, QueryRow, new_result, write_result
 from strata.llm.trace import TraceSummary
 from strata.toc.model import DocumentToc, LeafRanking
 
@@ -53,7 +54,7 @@ class TocQueryResult(BaseModel):
 
 
 class TocMethodResult(BaseModel):
-    """One method on a set of queries; the file format `strata.eval.compare` reads (`per_query`)."""
+    """One method on a set of queries (an experiment of a result file: `toc_experiment`)."""
 
     method: str
     scope: str = Field(description="What the queries are, e.g. 'all', a book id, or a named sample")
@@ -270,7 +271,53 @@ def _write_outputs(
             prediction = _Prediction(query_id=query.query_id, book=query.book, ranking=ranking)
             handle.write(prediction.model_dump_json() + "\n")
     result.predictions_file, result.result_file = str(predictions), str(result_path)
-    result_path.write_text(result.model_dump_json(indent=2), encoding="utf-8")
+    overall = TocMethodResult(
+        method=result.method, scope=result.book, queries=result.queries, metrics=result.metrics,
+        latency_ms_mean=result.latency_ms_mean, latency_ms_p50=result.latency_ms_p50, per_query=result.per_query,
+    )  # fmt: skip
+    experiment = toc_experiment(overall, stem, result.dataset).model_copy(
+        update={"details": result.model_dump(mode="json", include={"per_book", "models", "adapter", "model_use"})}
+    )
+    experiment.cost |= {"setup_seconds": result.setup_seconds, "wall_seconds": result.wall_seconds}
+    settings = {"toc": result.toc, "embedding": result.embedding, "llm": result.llm}
+    written = new_result(
+        "strata eval toc",
+        [experiment],
+        datasets=[DatasetRef(name=result.dataset, path=result.dataset_dir, fingerprint=result.dataset_fingerprint)],
+        settings={name: value.model_dump(mode="json") for name, value in settings.items() if value is not None},
+        details={"predictions_file": result.predictions_file},
+    )
+    write_result(written, result_path)
+
+
+def toc_experiment(result: TocMethodResult, name: str, dataset: str, group: str | None = None) -> Experiment:
+    """One method's ToC result as an experiment of a result file, with its per-query rows."""
+    return Experiment(
+        name=name,
+        method=result.method,
+        dataset=dataset,
+        subset=result.scope,
+        group=group,
+        queries=result.queries,
+        metrics=result.metrics,
+        cost={"latency_ms_mean": result.latency_ms_mean, "latency_ms_p50": result.latency_ms_p50},
+        per_query=[QueryRow(**row.model_dump()) for row in result.per_query],
+    )
+
+
+def method_result(experiment: Experiment) -> TocMethodResult:
+    """The inverse of `toc_experiment`, for an experiment with its rows inline."""
+    if not isinstance(experiment.per_query, list):
+        raise ValueError(f"experiment {experiment.name} holds no per-query rows")
+    return TocMethodResult(
+        method=experiment.method,
+        scope=experiment.subset or "all",
+        queries=experiment.queries or len(experiment.per_query),
+        metrics=experiment.metrics,
+        latency_ms_mean=experiment.cost["latency_ms_mean"],
+        latency_ms_p50=experiment.cost["latency_ms_p50"],
+        per_query=[TocQueryResult.model_validate(row.model_dump()) for row in experiment.per_query],
+    )
 
 
 class _Prediction(BaseModel):
@@ -306,7 +353,7 @@ class _BM25Ranker:
 
 class _DenseRanker:
     def __init__(self, settings: Settings) -> None:
-        from strata.index.embedder import Embedder
+        from strata.encoders.embedder import Embedder
 
         self.settings = settings.index.embedding
         self.embedder = Embedder(self.settings)
@@ -350,7 +397,8 @@ class _AdapterRanker:
     generation per question to count hallucinations."""
 
     def __init__(self, settings: Settings, mode: Literal["stair", "dsi"], adapter: Path) -> None:
-        from strata.toc.finetune import PromptEncoder, load_adapter, load_base_model, resolve_device
+        from strata.toc.adapter import load_adapter, load_base_model, resolve_device
+        from strata.toc.encode import PromptEncoder
 
         device = resolve_device(settings.toc.device)
         model, tokenizer, identity = load_base_model(
@@ -364,14 +412,16 @@ class _AdapterRanker:
         self.models = {"base": identity, "adapter": str(adapter)}
 
     def rank_book(self, toc: DocumentToc, queries: Sequence[TocQuery]) -> list[LeafRanking]:
-        from strata.toc.experiment import BookJob, JobQuery, rank_book
+        from strata.toc.decode import rank_questions
 
-        book = BookJob(toc=toc, queries=[JobQuery(query_id=q.query_id, question=q.question) for q in queries])
-        ranked = rank_book(self.mode, self.model, self.encoder, book, self.settings, self.mode, free=True)
-        self.prompt_tokens += sum(
-            len(self.encoder.prompt_ids(self.encoder.prompt(self.mode, toc, q.question))) for q in queries
+        questions = [q.question for q in queries]
+        ranked = rank_questions(
+            self.mode, self.model, self.encoder, toc, questions, self.settings, self.mode, free=True
         )
-        return [ranked[q.query_id] for q in queries]
+        self.prompt_tokens += sum(
+            len(self.encoder.prompt_ids(self.encoder.prompt(self.mode, toc, question))) for question in questions
+        )
+        return ranked
 
     def model_use(self) -> TocModelUse | None:
         return TocModelUse(generations=TraceSummary(), constrained_steps=0, prompt_tokens=self.prompt_tokens)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
+from typing import TYPE_CHECKING, TypeGuard
 
 from pydantic import BaseModel, Field
 
@@ -11,8 +13,12 @@ from strata.config import Settings
 from strata.index.bm25 import BM25Index
 from strata.index.state import ChunkVectors, IndexSyncStats, SyncProgress
 from strata.index.dense import DenseIndex
-from strata.store import AnyStore
+from strata.store.protocol import WritableStore
 from strata.store.locking import hold_lock
+
+if TYPE_CHECKING:
+    from strata.index.postgres import PostgresBM25Index, PostgresDenseIndex
+    from strata.store.postgres import PostgresCorpusStore
 
 # (index name, chunks indexed so far, most chunks this sync can index)
 ProgressCallback = Callable[[str, int, int], None]
@@ -30,7 +36,7 @@ class SyncReport(BaseModel):
 class CorpusIndex:
     """BM25 and dense indices of one store, under `settings.store.home / 'index'`."""
 
-    def __init__(self, store: AnyStore, settings: Settings) -> None:
+    def __init__(self, store: WritableStore, settings: Settings) -> None:
         self.store = store
         self.settings = settings.index
         self.lock_timeout_s = settings.store.lock_timeout_s
@@ -39,9 +45,9 @@ class CorpusIndex:
             # The PostgreSQL store keeps its indices in its own database (tables and pgvector), with the same methods.
             from strata.index.postgres import PostgresBM25Index, PostgresDenseIndex
 
-            self.bm25 = PostgresBM25Index(store)
-            self.dense = PostgresDenseIndex(store, settings.index)
-            self._sync_lock = store.sync_lock
+            self.bm25: BM25Index | PostgresBM25Index = PostgresBM25Index(store)
+            self.dense: DenseIndex | PostgresDenseIndex = PostgresDenseIndex(store, settings.index)
+            self._sync_lock: Callable[[], AbstractContextManager[None]] = store.sync_lock
         else:
             self.bm25 = BM25Index(self.folder / "bm25")
             self.dense = DenseIndex(self.folder / "dense", settings.index)
@@ -72,7 +78,7 @@ class CorpusIndex:
         )
 
 
-def _is_postgres(store: AnyStore) -> bool:
+def _is_postgres(store: WritableStore) -> TypeGuard[PostgresCorpusStore]:
     # By module, so the embedded stack never imports psycopg.
     return type(store).__module__ == "strata.store.postgres"
 

@@ -9,15 +9,16 @@ from __future__ import annotations
 
 import shutil
 import time
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 
 import tantivy
-from tantivy import Filter, Occur, Query, TextAnalyzerBuilder, Tokenizer
+from tantivy import DocAddress, Filter, Occur, Query, Searcher, TextAnalyzerBuilder, Tokenizer
 
 from strata.index.state import ChunkScore, IndexSyncStats, SyncProgress, SyncState, read_state, write_state
-from strata.store.sqlite import CorpusStore, StoredChunk
+from strata.store.base import StoredChunk
+from strata.store.protocol import PaperStore
 
 ANALYZER = "strata_en"
 # Bump when the schema or the analyser changes: an index built differently is rebuilt on the next sync.
@@ -128,8 +129,8 @@ class BM25Index(TermSearch):
             query = Query.boolean_query([(Occur.Must, query), (Occur.Must, only)])
         searcher = index.searcher()
         hits = searcher.search(query, depth, count=False).hits
-        rowids = searcher.fast_field_values("rowid", [address for _, address in hits])
-        return [ChunkScore(rowid=int(rowid), score=float(score)) for (score, _), rowid in zip(hits, rowids)]
+        rowids = _rowids(searcher, [address for _, address in hits])
+        return [ChunkScore(rowid=rowid, score=float(score)) for (score, _), rowid in zip(hits, rowids)]
 
     def _weighted_query(self, weights: Mapping[str, float], title_tie_breaker: float) -> Query:
         # Per field, the weighted sum of its terms' BM25; across fields, the best field plus half the other
@@ -153,11 +154,11 @@ class BM25Index(TermSearch):
         searcher = index.searcher()
         query = Query.term_set_query(self.schema, "paper_id", sorted(paper_ids))
         hits = searcher.search(query, max(searcher.num_docs, 1), count=False).hits
-        return sorted(int(r) for r in searcher.fast_field_values("rowid", [address for _, address in hits]))
+        return sorted(_rowids(searcher, [address for _, address in hits]))
 
     # writing
 
-    def sync(self, store: CorpusStore, progress: SyncProgress | None = None) -> IndexSyncStats:
+    def sync(self, store: PaperStore, progress: SyncProgress | None = None) -> IndexSyncStats:
         """Add chunks stored since the last sync and drop removed ones, in one tantivy commit."""
         started = time.perf_counter()
         state = self._state_for_writing()
@@ -226,7 +227,7 @@ def rm3_weights(
     distributions to sum 1 and mix them `original_weight` : 1 - `original_weight`.
     """
     original = _normalised(Counter(query_terms))
-    relevance: Counter[str] = Counter()
+    relevance: defaultdict[str, float] = defaultdict(float)
     for terms, score in feedback:
         if not terms or score <= 0:
             continue
@@ -240,6 +241,14 @@ def rm3_weights(
         if weight > 0:
             mixed[term] = weight
     return mixed
+
+
+def _rowids(searcher: Searcher, addresses: list[DocAddress]) -> list[int]:
+    """The store row ids of these documents (an integer fast field every indexed chunk has)."""
+    values = searcher.fast_field_values("rowid", addresses)
+    rowids = [value for value in values if isinstance(value, int)]
+    assert len(rowids) == len(values)
+    return rowids
 
 
 def _normalised(weights: Mapping[str, float]) -> dict[str, float]:

@@ -17,7 +17,7 @@ import numpy as np
 from pydantic import Field
 
 from strata.config import EmbeddingSettings, IndexSettings
-from strata.index.embedder import Embedder
+from strata.encoders.embedder import Embedder
 from strata.index.state import (
     ChunkScore,
     ChunkVectors,
@@ -27,7 +27,8 @@ from strata.index.state import (
     read_state,
     write_state,
 )
-from strata.store.sqlite import CorpusStore, StoredChunk
+from strata.store.base import StoredChunk
+from strata.store.protocol import PaperStore
 
 FORMAT = "dense-v1"
 READ_BATCH = 256
@@ -52,7 +53,7 @@ class DenseIndex:
         self.settings = settings
         self.state_path = folder / "state.json"
         self.embedder = Embedder(settings.embedding)
-        self._index: faiss.Index | None = None
+        self._index: faiss.IndexIDMap | None = None
         self._state: DenseState | None = None
         self._loaded_version: tuple[int, int] | None = None
 
@@ -73,10 +74,13 @@ class DenseIndex:
         if index is None or index.ntotal == 0 or (rowids is not None and not rowids):
             return []
         selector, parts = self._selector(rowids)
+        # faiss's stubs omit SearchParametersHNSW and the keyword constructors its Python wrapper adds.
         if _is_hnsw(index):
-            params = faiss.SearchParametersHNSW(efSearch=max(self.settings.hnsw_ef_search, depth), sel=selector)
+            params = faiss.SearchParametersHNSW(  # type: ignore[attr-defined]
+                efSearch=max(self.settings.hnsw_ef_search, depth), sel=selector
+            )
         else:
-            params = faiss.SearchParameters(sel=selector) if selector is not None else None
+            params = faiss.SearchParameters(sel=selector) if selector is not None else None  # type: ignore[call-arg]
         query = np.ascontiguousarray(vector, dtype=np.float32).reshape(1, -1)
         scores, ids = index.search(query, min(depth, index.ntotal), params=params)
         del parts  # the selector's parts had to outlive the search
@@ -111,7 +115,7 @@ class DenseIndex:
         hidden = set(self._state.tombstones)
         return {rowid: vectors[row] for row, rowid in enumerate(rowids) if rowid not in hidden}
 
-    def _current(self) -> faiss.Index | None:
+    def _current(self) -> faiss.IndexIDMap | None:
         """The saved index, reloaded when another process (or a sync) has switched the state file since."""
         try:
             info = self.state_path.stat()
@@ -124,7 +128,7 @@ class DenseIndex:
                 return None
             self._check_compatible(state)
             try:
-                self._index = faiss.read_index(str(self.folder / state.vectors_file))
+                self._index = _read_index(self.folder / state.vectors_file)
             except RuntimeError:
                 if self.state_path.stat().st_ino == info.st_ino:
                     raise
@@ -146,7 +150,7 @@ class DenseIndex:
     # writing
 
     def sync(
-        self, store: CorpusStore, progress: SyncProgress | None = None, vectors_of: ChunkVectors | None = None
+        self, store: PaperStore, progress: SyncProgress | None = None, vectors_of: ChunkVectors | None = None
     ) -> IndexSyncStats:
         """Embed (or take from `vectors_of`) chunks stored since the last sync and drop removed ones, then save.
 
@@ -189,7 +193,7 @@ class DenseIndex:
     def embedding_text(self, stored: StoredChunk) -> str:
         return embedding_text(stored, self.settings.embedding)
 
-    def _empty_index(self, dimension: int, large: bool) -> faiss.Index:
+    def _empty_index(self, dimension: int, large: bool) -> faiss.IndexIDMap:
         return faiss.IndexIDMap(self._hnsw(dimension) if large else faiss.IndexFlatIP(dimension))
 
     def _hnsw(self, dimension: int) -> faiss.IndexHNSWFlat:
@@ -197,19 +201,21 @@ class DenseIndex:
         graph.hnsw.efSearch = self.settings.hnsw_ef_search
         return graph
 
-    def _load_for_writing(self) -> tuple[DenseState, faiss.Index | None]:
+    def _load_for_writing(self) -> tuple[DenseState, faiss.IndexIDMap | None]:
         state = read_state(self.state_path, DenseState)
         model, title_prefix = self.settings.embedding.model, self.settings.embedding.title_prefix
         if state is None or state.vectors_file is None or _identity(state) != self._expected_identity():
             # Nothing saved yet, or vectors from another model or text format: start over.
             return DenseState(format=FORMAT, model=model, title_prefix=title_prefix), None
-        return state, faiss.read_index(str(self.folder / state.vectors_file))
+        return state, _read_index(self.folder / state.vectors_file)
 
-    def _remove(self, index: faiss.Index | None, state: DenseState, rowids: Sequence[int]) -> faiss.Index | None:
+    def _remove(
+        self, index: faiss.IndexIDMap | None, state: DenseState, rowids: Sequence[int]
+    ) -> faiss.IndexIDMap | None:
         if index is None:
             return None
         if not _is_hnsw(index):
-            index.remove_ids(np.array(rowids, dtype=np.int64))
+            index.remove_ids(_batch_selector(rowids))
             return index
         # HNSW cannot remove: hide the vectors at search time and rebuild once too many are hidden.
         present = set(faiss.vector_to_array(index.id_map).tolist())
@@ -219,12 +225,12 @@ class DenseIndex:
             state.tombstones = []
         return index
 
-    def _maybe_switch_to_hnsw(self, index: faiss.Index, state: DenseState) -> faiss.Index:
+    def _maybe_switch_to_hnsw(self, index: faiss.IndexIDMap, state: DenseState) -> faiss.IndexIDMap:
         if _is_hnsw(index) or index.ntotal <= self.settings.hnsw_above:
             return index
         return self._rebuild_hnsw(index, drop=set())
 
-    def _rebuild_hnsw(self, index: faiss.Index, drop: set[int]) -> faiss.Index:
+    def _rebuild_hnsw(self, index: faiss.IndexIDMap, drop: set[int]) -> faiss.IndexIDMap:
         """An HNSW index holding `index`'s vectors except those of `drop`."""
         inner = faiss.downcast_index(index.index)
         vectors = inner.reconstruct_n(0, inner.ntotal)
@@ -260,7 +266,13 @@ def _identity(state: DenseState) -> tuple[str, str, bool]:
     return state.format, state.model, state.title_prefix
 
 
-def _is_hnsw(index: faiss.Index) -> bool:
+def _read_index(path: Path) -> faiss.IndexIDMap:
+    index = faiss.read_index(str(path))
+    assert isinstance(index, faiss.IndexIDMap)  # every index this module saves maps store row ids to vectors
+    return index
+
+
+def _is_hnsw(index: faiss.IndexIDMap) -> bool:
     return isinstance(faiss.downcast_index(index.index), faiss.IndexHNSW)
 
 

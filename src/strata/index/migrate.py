@@ -14,29 +14,23 @@ import numpy as np
 from strata.index import CorpusIndex, SyncReport
 from strata.index.dense import DenseIndex
 from strata.index.state import ChunkVectors
-from strata.store import AnyStore
-from strata.store.sqlite import StoredChunk
+from strata.store.base import StoredChunk
+from strata.store.protocol import PaperStore, WritableStore
 
 COPY_BATCH = 200
 MIGRATED = "migrated"  # file hash recorded for copied papers
 
 
-def copy_papers(source: AnyStore, target: AnyStore) -> int:
+def copy_papers(source: PaperStore, target: WritableStore) -> int:
     """Every paper of `source` into `target`, in paper id order; returns how many."""
     ids = source.paper_ids()
-    put_many = getattr(target, "put_papers", None)
     for start in range(0, len(ids), COPY_BATCH):
-        papers = [source.get_paper(paper_id) for paper_id in ids[start : start + COPY_BATCH]]
-        if put_many is not None:
-            put_many(papers, MIGRATED)
-        else:
-            for paper in papers:
-                target.put_paper(paper, MIGRATED)
+        target.put_papers([source.get_paper(paper_id) for paper_id in ids[start : start + COPY_BATCH]], MIGRATED)
     target.resolve_references()
     return len(ids)
 
 
-def vectors_from(source: AnyStore, dense: DenseIndex) -> ChunkVectors:
+def vectors_from(source: PaperStore, dense: DenseIndex) -> ChunkVectors:
     """A vector source reading each chunk's vector from `dense` (a faiss index over `source`), by paper and ordinal."""
     vectors = dense.vectors()
     if vectors is None:
@@ -56,7 +50,7 @@ def vectors_from(source: AnyStore, dense: DenseIndex) -> ChunkVectors:
     return lookup
 
 
-def migrate(source: AnyStore, source_index: CorpusIndex, target: AnyStore, target_index: CorpusIndex) -> SyncReport:
+def migrate(source: PaperStore, source_index: CorpusIndex, target: WritableStore, target_index: CorpusIndex) -> SyncReport:
     """Copy the papers, then build the target's indices with the source's vectors."""
     copy_papers(source, target)
     if not isinstance(source_index.dense, DenseIndex):

@@ -17,6 +17,7 @@ import time
 from collections import Counter
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from typing import Any
 
 import numpy as np
 import psycopg
@@ -26,9 +27,10 @@ from pydantic import Field
 from strata.config import IndexSettings
 from strata.index.bm25 import FIELDS, TermSearch, english_analyzer
 from strata.index.dense import embedding_text
-from strata.index.embedder import Embedder
+from strata.encoders.embedder import Embedder
 from strata.index.state import ChunkScore, ChunkVectors, IndexSyncStats, SyncProgress, SyncState
 from strata.store.postgres import PostgresCorpusStore
+from strata.store.protocol import PaperStore
 from strata.store.sqlite import StoredChunk
 
 BM25_FORMAT = "pg-bm25-v1"
@@ -105,7 +107,7 @@ class _PgIndex:
             (self.name, state.model_dump_json()),
         )
 
-    def _start_sync(self, store: PostgresCorpusStore, state: SyncState) -> tuple[IndexSyncStats, int]:
+    def _start_sync(self, store: PaperStore, state: SyncState) -> tuple[IndexSyncStats, int]:
         """Drop the chunks removed from the store since the last sync, committed with the deletion watermark; the
         stats so far and how many chunks may be new (for progress)."""
         expected = store.max_chunk_rowid() - state.chunk_rowid
@@ -118,6 +120,13 @@ class _PgIndex:
                 self._write_state(cursor, state)
             stats.deleted = len(deletions)
         return stats, expected
+
+    def _scalar(self, sql: str) -> Any:
+        """The one value of a query that always returns one row."""
+        with self._lock:
+            row = self._db.execute(sql).fetchone()
+        assert row is not None
+        return row[0]
 
     @contextmanager
     def _batch_transaction(self, state: SyncState, batch: Sequence[StoredChunk]) -> Iterator[psycopg.Cursor]:
@@ -178,7 +187,7 @@ class PostgresBM25Index(_PgIndex, TermSearch):
             ).fetchall()
         return [int(r[0]) for r in rows]
 
-    def sync(self, store: PostgresCorpusStore, progress: SyncProgress | None = None) -> IndexSyncStats:
+    def sync(self, store: PaperStore, progress: SyncProgress | None = None) -> IndexSyncStats:
         """Index chunks stored since the last sync and drop removed ones, one committed batch at a time."""
         started = time.perf_counter()
         state = self._state_for_writing()
@@ -264,8 +273,7 @@ class PostgresDenseIndex(_PgIndex):
     def __len__(self) -> int:
         if not self._has_table():
             return 0
-        with self._lock:
-            return int(self._db.execute("SELECT count(*) FROM chunk_vectors").fetchone()[0])
+        return int(self._scalar("SELECT count(*) FROM chunk_vectors"))
 
     def search_text(self, text: str, depth: int, rowids: Collection[int] | None = None) -> list[ChunkScore]:
         if not self._has_table():
@@ -296,7 +304,7 @@ class PostgresDenseIndex(_PgIndex):
 
     def sync(
         self,
-        store: PostgresCorpusStore,
+        store: PaperStore,
         progress: SyncProgress | None = None,
         vectors_of: ChunkVectors | None = None,
     ) -> IndexSyncStats:
@@ -357,5 +365,4 @@ class PostgresDenseIndex(_PgIndex):
             )
 
     def _has_table(self) -> bool:
-        with self._lock:
-            return self._db.execute("SELECT to_regclass('chunk_vectors') IS NOT NULL").fetchone()[0]
+        return bool(self._scalar("SELECT to_regclass('chunk_vectors') IS NOT NULL"))

@@ -1,9 +1,10 @@
 """The LLM layer: one client for every stage, over an embedded GGUF model (default, offline) or an HTTP server.
 
-from strata.llm import make_client, prompt_registry, tracing
+from strata.llm import make_client, tracing
+from strata.llm.check import check_prompts  # each stage loads its own prompts with PromptRegistry.from_directory
 
 with make_client(settings) as client, tracing() as trace:
-    prompt = prompt_registry().render("check_extract", passage=text)
+    prompt = check_prompts().render("check_extract", passage=text)
     facts = client.complete(prompt)                      # parsed pydantic object
     scores = client.score(prompt, ["Methods", "Results"])  # log-probabilities of continuations
 print(trace.format())
@@ -29,7 +30,7 @@ from strata.llm.errors import (
     PromptError,
     ScoringNotSupportedError,
 )
-from strata.llm.prompts import Prompt, PromptRegistry, PromptTemplate, prompt_registry
+from strata.llm.templates import Prompt, PromptRegistry, PromptTemplate
 from strata.llm.structured import extract_json_object, parse_structured
 from strata.llm.trace import EvalTiming, LLMCall, Trace, TraceSummary, active_trace, tracing
 
@@ -61,6 +62,5 @@ __all__ = [
     "extract_json_object",
     "make_client",
     "parse_structured",
-    "prompt_registry",
     "tracing",
 ]

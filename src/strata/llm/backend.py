@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeGuard
 
+import numpy as np
 from pydantic import BaseModel, Field
 
 from strata.llm.trace import EvalTiming
@@ -67,6 +68,22 @@ class Backend(Protocol):
     def score(self, system: str, user: str, continuations: Sequence[str]) -> Scoring: ...
 
     def close(self) -> None: ...
+
+
+class TokenBackend(Backend, Protocol):
+    """A backend that exposes its tokens (the embedded one), as decoding through a trie of allowed answers needs."""
+
+    def tokenize_answer(self, text: str) -> list[int]: ...
+
+    @property
+    def end_of_answer_token(self) -> int: ...
+
+    def next_token_logprobs(self, system: str, user: str, answer: Sequence[int]) -> np.ndarray: ...
+
+
+def exposes_tokens(backend: Backend) -> TypeGuard[TokenBackend]:
+    """Whether `backend` gives next-token log-probabilities (an HTTP server does not)."""
+    return hasattr(backend, "next_token_logprobs")
 
 
 def with_schema_instruction(system: str, schema: dict[str, Any]) -> str:

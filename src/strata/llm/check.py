@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import functools
+from pathlib import Path
+
 from pydantic import BaseModel, Field
 
 from strata.config import LLMSettings, Settings
 from strata.llm.client import make_client
 from strata.llm.errors import LLMError
-from strata.llm.prompts import prompt_registry
+from strata.llm.templates import PromptRegistry
 from strata.llm.trace import LLMCall, tracing
 
 CHECK_PROMPT = "check_extract"
@@ -23,6 +26,12 @@ class PaperFacts(BaseModel):
     year: int = Field(description="Publication year")
     method: str = Field(description="Name of the proposed method")
     datasets: list[str] = Field(max_length=4, description="Datasets or collections evaluated on")
+
+
+@functools.cache
+def check_prompts() -> PromptRegistry:
+    """The check's prompt (`strata/llm/prompts/`), loaded and validated once."""
+    return PromptRegistry.from_directory(Path(__file__).with_name("prompts"), [PaperFacts])
 
 
 class CheckReport(BaseModel):
@@ -47,7 +56,7 @@ def run_check(settings: Settings | LLMSettings) -> CheckReport:
     llm = settings.llm if isinstance(settings, Settings) else settings
     report = CheckReport(backend=llm.backend, model=llm.model, json_ok=False)
     try:
-        prompt = prompt_registry().render(CHECK_PROMPT, passage=CHECK_PASSAGE)
+        prompt = check_prompts().render(CHECK_PROMPT, passage=CHECK_PASSAGE)
         # The check measures the model, so it never answers from the response cache.
         with make_client(llm, cache=False) as client, tracing() as trace:
             report.model = f"{llm.model} ({client.model})" if client.model != llm.model else llm.model

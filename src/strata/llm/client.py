@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, overload
 
 from pydantic import BaseModel
 
@@ -12,7 +12,7 @@ from strata.config import LLMSettings, Settings
 from strata.llm.backend import Backend, ContinuationScore, Generation, GenerationOptions, Scoring
 from strata.llm.cache import ResponseCache
 from strata.llm.errors import LLMOutputError
-from strata.llm.prompts import Prompt
+from strata.llm.templates import Prompt
 from strata.llm.structured import StructuredOutputError, parse_structured
 from strata.llm.trace import LLMCall, Trace, active_trace
 
@@ -39,6 +39,17 @@ class LLMClient:
     def model(self) -> str:
         return self.backend.model
 
+    @overload
+    def complete(
+        self, prompt: Prompt, schema: type[T], *, trace: Trace | None = None, max_tokens: int | None = None
+    ) -> T: ...
+
+    # Without a schema the answer is an instance of the prompt's output model, which only the caller knows.
+    @overload
+    def complete(
+        self, prompt: Prompt, schema: None = None, *, trace: Trace | None = None, max_tokens: int | None = None
+    ) -> BaseModel: ...
+
     def complete(
         self,
         prompt: Prompt,
@@ -46,7 +57,7 @@ class LLMClient:
         *,
         trace: Trace | None = None,
         max_tokens: int | None = None,
-    ) -> T:
+    ) -> T | BaseModel:
         """The answer parsed into `schema` (default: the prompt's output model).
 
         An answer that does not parse is repaired (code fences, <think> blocks, trailing text), then re-asked up to
@@ -73,7 +84,7 @@ class LLMClient:
                 user = prompt.user + RETRY_NOTE.format(reason=reason)
                 continue
             self._record(trace, prompt, "complete", generation, started, attempt, hit, ok=True)
-            return parsed  # type: ignore[return-value]  # validated by `model`, which is T or the prompt's model
+            return parsed
         raise LLMOutputError(prompt.name, generation.text, reason)
 
     def complete_text(self, prompt: Prompt, *, trace: Trace | None = None, max_tokens: int | None = None) -> str:

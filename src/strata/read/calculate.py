@@ -41,7 +41,7 @@ def compute(expression: str, facts: Sequence[Claim]) -> tuple[float, list[int]]:
     citations: set[int] = set()
 
     def value(node: ast.expr) -> float:
-        if isinstance(node, ast.Constant) and type(node.value) in (int, float):
+        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
             cited = [n for fact in facts if fact_number(fact.value or "") == float(node.value) for n in fact.citations]
             if not cited:
                 raise ValueError(f"{node.value} in {expression!r} is not the value of any fact")

@@ -12,9 +12,9 @@ from collections.abc import Sequence
 
 from strata.config import ReadSettings
 from strata.documents.model import Candidate, ChunkHit
-from strata.llm import LLMClient, Trace, prompt_registry
+from strata.llm import LLMClient, Trace
 from strata.llm.backend import ContinuationScore
-from strata.read.model import PaperReading
+from strata.read.model import PaperReading, read_prompts
 
 YES, NO = ("yes", "Yes"), ("no", "No")
 
@@ -66,7 +66,7 @@ class LocalReader:
         return reading
 
     def _p_yes(self, prompt_name: str, fields: dict[str, str], trace: Trace) -> float:
-        prompt = prompt_registry().render(prompt_name, **fields)
+        prompt = read_prompts().render(prompt_name, **fields)
         shares = probabilities(self.client.score(prompt, [*YES, *NO], trace=trace))
         return sum(shares[: len(YES)])
 
@@ -74,7 +74,7 @@ class LocalReader:
         """The passage the model names as stating the answer, plus any others it gives a large share."""
         if len(passages) == 1:
             return passages
-        prompt = prompt_registry().render("read_passage", **fields)
+        prompt = read_prompts().render("read_passage", **fields)
         shares = probabilities(self.client.score(prompt, [str(n) for n in range(1, len(passages) + 1)], trace=trace))
         return [passages[index] for index in chosen(shares, self.settings.passage_min_share)]
 

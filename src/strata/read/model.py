@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Literal
+import functools
+from pathlib import Path
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field, create_model
 
 from strata.documents.model import ChunkHit, Ranking
+from strata.llm.templates import PromptRegistry
 from strata.llm.trace import Trace
 
 AnswerFormat = Literal["text", "mc", "table"]
@@ -52,11 +55,15 @@ class Answer(BaseModel):
     )
 
 
+StageName = Literal["retrieve", "relate", "rerank", "read", "synthesize", "validate"]
+StageStatus = Literal["started", "done", "failed"]
+
+
 class StageEvent(BaseModel):
     """Progress of one pipeline stage, streamed to the web page and printed by `strata ask --trace`."""
 
-    stage: Literal["retrieve", "relate", "rerank", "read", "synthesize", "validate"]
-    status: Literal["started", "done", "failed"]
+    stage: StageName
+    status: StageStatus
     detail: str = Field(default="", description="Short human-readable progress, e.g. 'round 2: 4 subqueries'")
     elapsed_s: float = Field(default=0.0, ge=0, description="Seconds since the question arrived")
 
@@ -153,17 +160,25 @@ class TableDraft(BaseModel):
 
 def citing_only(numbers: list[int]) -> tuple[type[TextDraft], type[TableDraft]]:
     """Answer models whose evidence numbers must be among `numbers`, so constrained decoding cannot cite others."""
-    number = Literal[tuple(numbers)]  # type: ignore[valid-type]
+    # Types built at run time: the checker sees `number` as Any and rejects models held in variables as types.
+    number: Any = Literal[tuple(numbers)]
     fact = create_model("Fact", __base__=FactDraft, evidence=(number, ...))
     text = create_model(
         "TextAnswer",
         __base__=TextDraft,
-        evidence=(list[number], Field(default_factory=list)),  # type: ignore[valid-type]
+        evidence=(list[number], Field(default_factory=list)),
         facts=(list[fact], Field(default_factory=list, max_length=3)),  # type: ignore[valid-type]
         calculations=(list[CalculationDraft], Field(default_factory=list, max_length=2)),
     )
-    cited = (list[number], Field(default_factory=list))  # type: ignore[valid-type]
+    cited: tuple[Any, Any] = (list[number], Field(default_factory=list))
     row = create_model("Row", __base__=RowDraft, evidence=cited)
-    rows = (list[row], Field(default_factory=list))  # type: ignore[valid-type]
+    rows: tuple[Any, Any] = (list[row], Field(default_factory=list))  # type: ignore[valid-type]
     table = create_model("TableAnswer", __base__=TableDraft, rows=rows)
     return text, table
+
+
+@functools.cache
+def read_prompts() -> PromptRegistry:
+    """The reader's prompts (`strata/read/prompts/`), loaded and validated once."""
+    models: list[type[BaseModel]] = [YesNo, PassageChoice, OptionChoice, LetterChoice, TextDraft, TableDraft]
+    return PromptRegistry.from_directory(Path(__file__).with_name("prompts"), models)

@@ -12,12 +12,12 @@ from __future__ import annotations
 from strata.config import Settings
 from strata.documents.model import Locator
 from strata.read.model import Answer, Evidence
-from strata.store.sqlite import CorpusStore
+from strata.store.protocol import PaperStore
 from strata.toc.induce import induce_toc, needs_induction
 from strata.toc.model import DocumentToc
 
 
-def with_toc_sections(answer: Answer, store: CorpusStore, settings: Settings) -> Answer:
+def with_toc_sections(answer: Answer, store: PaperStore, settings: Settings) -> Answer:
     """The answer with a section path on every piece of evidence its paper's (induced) ToC can place."""
     unplaced = sorted({item.paper_id for item in answer.evidence if not item.section_path})
     tocs: dict[str, DocumentToc] = {}

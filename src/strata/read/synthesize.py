@@ -14,10 +14,10 @@ import pysbd
 
 from strata.config import ReadSettings
 from strata.index.bm25 import english_analyzer
-from strata.llm import LLMClient, Trace, calibrated_logprobs, prompt_registry
+from strata.llm import LLMClient, Trace, calibrated_logprobs
 from strata.read.calculate import calculation_claims
 from strata.read.local import chosen, flat, probabilities
-from strata.read.model import Answer, AnswerFormat, Claim, Evidence, PaperReading, citing_only
+from strata.read.model import Answer, AnswerFormat, Claim, Evidence, PaperReading, citing_only, read_prompts
 
 CANNOT_ANSWER = "Cannot answer from this corpus."
 
@@ -90,7 +90,7 @@ class Synthesizer:
         preference = self._option_preference(shown, asked, options, trace)
         best = max(range(len(options)), key=lambda index: (preference[index], -index))
         choice = options[best]
-        cite = prompt_registry().render("read_cite", evidence=shown, question=asked, answer=flat(choice))
+        cite = read_prompts().render("read_cite", evidence=shown, question=asked, answer=flat(choice))
         shares = probabilities(self.client.score(cite, [str(item.number) for item in evidence], trace=trace))
         citations = sorted(evidence[index].number for index in chosen(shares, self.settings.passage_min_share))
         return Answer(
@@ -108,12 +108,12 @@ class Synthesizer:
         if self.settings.choice == "letter":
             return self._letter_preference(shown, asked, texts, trace)
         listed = "\n".join(f"- {text}" for text in texts)
-        prompt = prompt_registry().render("read_choose", evidence=shown, question=asked, options=listed)
+        prompt = read_prompts().render("read_choose", evidence=shown, question=asked, options=listed)
         informed = self.client.score(prompt, texts, trace=trace)
         if self.settings.choice == "likelihood":
             return [score.mean_logprob for score in informed]
         # Calibrated against the same question without evidence: what the evidence adds to each option.
-        prior_prompt = prompt_registry().render("read_choose_prior", question=asked, options=listed)
+        prior_prompt = read_prompts().render("read_choose_prior", question=asked, options=listed)
         return calibrated_logprobs(informed, self.client.score(prior_prompt, texts, trace=trace))
 
     def _letter_preference(self, shown: str, asked: str, texts: list[str], trace: Trace) -> list[float]:
@@ -125,7 +125,7 @@ class Synthesizer:
         for shift in range(len(texts)):
             order = [(index + shift) % len(texts) for index in range(len(texts))]
             listed = "\n".join(f"{letter}. {texts[index]}" for letter, index in zip(letters, order, strict=True))
-            prompt = prompt_registry().render("read_choose_letter", evidence=shown, question=asked, options=listed)
+            prompt = read_prompts().render("read_choose_letter", evidence=shown, question=asked, options=listed)
             shares = probabilities(self.client.score(prompt, letters, trace=trace))
             for position, index in enumerate(order):
                 preference[index] += shares[position] / len(texts)
@@ -133,7 +133,7 @@ class Synthesizer:
 
     def _text(self, question: str, evidence: list[Evidence], trace: Trace) -> Answer:
         schema, _ = citing_only([item.number for item in evidence])
-        prompt = prompt_registry().render("read_answer", evidence=show_evidence(evidence), question=flat(question))
+        prompt = read_prompts().render("read_answer", evidence=show_evidence(evidence), question=flat(question))
         draft = self.client.complete(prompt, schema, trace=trace, max_tokens=self.settings.max_answer_tokens)
         if not draft.answerable:
             return cannot_answer(question, "text")
@@ -156,7 +156,7 @@ class Synthesizer:
 
     def _table(self, question: str, evidence: list[Evidence], trace: Trace) -> Answer:
         _, schema = citing_only([item.number for item in evidence])
-        prompt = prompt_registry().render("read_table", evidence=show_evidence(evidence), question=flat(question))
+        prompt = read_prompts().render("read_table", evidence=show_evidence(evidence), question=flat(question))
         draft = self.client.complete(prompt, schema, trace=trace, max_tokens=self.settings.max_answer_tokens)
         if not draft.answerable or not draft.rows:
             return cannot_answer(question, "table")

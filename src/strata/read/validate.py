@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 from strata.documents.model import Locator
 from strata.read.model import Answer, Claim, Evidence
-from strata.store.sqlite import CorpusStore
+from strata.store.protocol import PaperStore
 
 
 # "[3]", "[1, 2]", "[2-4]", and locators such as "paper_id#120-480" (the form `Locator` prints).
@@ -31,7 +31,7 @@ def normalized(text: str) -> str:
     return " ".join(unicodedata.normalize("NFKC", text).casefold().split())
 
 
-def check_evidence(evidence: Evidence, store: CorpusStore) -> tuple[Evidence | None, str]:
+def check_evidence(evidence: Evidence, store: PaperStore) -> tuple[Evidence | None, str]:
     """(the evidence with store-given title, section path and page, '') or (None, why it was rejected)."""
     if not store.has_paper(evidence.paper_id):
         return None, f"[{evidence.number}] cites paper {evidence.paper_id!r}, which is not in the corpus"
@@ -57,7 +57,7 @@ def check_evidence(evidence: Evidence, store: CorpusStore) -> tuple[Evidence | N
     ), ""
 
 
-def validate_answer(answer: Answer, store: CorpusStore, options: Sequence[str] | None = None) -> Answer:
+def validate_answer(answer: Answer, store: PaperStore, options: Sequence[str] | None = None) -> Answer:
     """The answer with only validated, cited evidence (renumbered from 1 in order) and the claims it supports."""
     rejections = list(answer.rejections)
     valid: dict[int, Evidence] = {}

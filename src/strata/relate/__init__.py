@@ -1,6 +1,6 @@
-"""Lit3R Relate: paper-to-paper expansion, and `find_candidates`, the retriever the reader calls."""
+"""Lit3R Relate: paper-to-paper expansion of a retrieval run into the candidates the reader gets."""
 
-from strata.relate.candidates import CandidateSet, expand_and_fuse, find_candidates
+from strata.relate.candidates import CandidateSet, expand_and_fuse
 from strata.relate.expand import Expansion, Relater, SignalList, round_robin
 
-__all__ = ["CandidateSet", "Expansion", "Relater", "SignalList", "expand_and_fuse", "find_candidates", "round_robin"]
+__all__ = ["CandidateSet", "Expansion", "Relater", "SignalList", "expand_and_fuse", "round_robin"]

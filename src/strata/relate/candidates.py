@@ -1,18 +1,16 @@
-"""The Retrieve + Relate entry point: a question in, the fused candidate papers (Lit3R: 50) out, for the reader."""
+"""Relate's output: a finished retrieval run (Ranking A) expanded into Ranking B and fused into the candidate papers
+(Lit3R: 50) the reader gets."""
 
 from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from strata.config import Settings
+from strata.corpus import CorpusView
 from strata.documents.model import Ranking
-from strata.llm.client import LLMClient
-from strata.llm.trace import Trace
 from strata.relate.expand import Expansion, Relater
-from strata.rerank.base import Reranker
 from strata.retrieve.fusion import reciprocal_rank_fusion
-from strata.retrieve.hybrid import HybridSearcher
-from strata.retrieve.iterative import QuestionRetriever, merge_candidates
+from strata.retrieve.iterative import merge_candidates
 from strata.retrieve.rounds import Constraints, RetrievalRound, RetrievalRun, StopReason
 
 CANDIDATES = "lit3r-candidates"
@@ -33,32 +31,14 @@ class CandidateSet(BaseModel):
     expansion: Expansion | None = Field(default=None, description="Relate's seeds and signal lists; None when off")
 
 
-def find_candidates(
-    question: str,
-    *,
-    searcher: HybridSearcher,
-    client: LLMClient | None,
-    reranker: Reranker,
-    settings: Settings,
-    trace: Trace | None = None,
-) -> CandidateSet:
-    """Lit3R's retriever: iterative question-anchored retrieval (Ranking A), paper-to-paper expansion from A's top
-    seeds (Ranking B), and their fusion into `settings.relate.candidates` papers.
-
-    With `client=None` there is no decomposition or verification: the question is the one subquery of one round.
-    """
-    run = QuestionRetriever(searcher, reranker, settings.retrieve, client, settings.search.rrf_k).run(question, trace)
-    return expand_and_fuse(run, searcher=searcher, settings=settings)
-
-
-def expand_and_fuse(run: RetrievalRun, *, searcher: HybridSearcher, settings: Settings) -> CandidateSet:
+def expand_and_fuse(run: RetrievalRun, *, corpus: CorpusView, settings: Settings) -> CandidateSet:
     """Relate for a finished retrieval run: Ranking B from its seeds, fused with its Ranking A (unless Relate is
     off), cut to `settings.relate.candidates`. Separate from the loop so Relate variants can share one run."""
     ranking_a, relate, rrf_k = run.ranking, settings.relate, settings.search.rrf_k
     limit = relate.candidates
     expansion = None
     if relate.enabled:
-        expansion = Relater(searcher, relate, settings.store.home).expand(ranking_a, rrf_k)
+        expansion = Relater(corpus, relate, settings.store.home).expand(ranking_a, rrf_k)
         ranking_b = expansion.ranking
         fused = reciprocal_rank_fusion(
             [ranking_a.paper_ids, ranking_b.paper_ids], k=rrf_k, weights=[relate.weight_a, relate.weight_b]

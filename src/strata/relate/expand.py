@@ -7,7 +7,6 @@ neighbours cannot crowd the others out. The signals' interleaved lists are then 
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Literal
@@ -15,22 +14,17 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from strata.config import RelateSettings
+from strata.corpus import CorpusView
 from strata.documents.model import Ranking
-from strata.retrieve.fusion import reciprocal_rank_fusion
-from strata.retrieve.hybrid import HybridSearcher
-from strata.retrieve.iterative import merge_candidates
 from strata.relate.signals import PaperVectors, ReferenceGraph, bm25_neighbours
-from strata.store.sqlite import CorpusStore
+from strata.retrieve.fusion import reciprocal_rank_fusion
+from strata.retrieve.iterative import merge_candidates
 
 SignalName = Literal["embedding", "references", "bm25"]
 SIGNALS: tuple[SignalName, ...] = ("embedding", "references", "bm25")
 RANKING_B = "lit3r-relate"
 
 Neighbours = Callable[[str, int], list[str]]
-
-# Paper vectors and reference graphs outlive one question: kept per open store (and cache folder), dropped with it.
-_VECTORS: weakref.WeakKeyDictionary[CorpusStore, dict[tuple[Path, str], PaperVectors]] = weakref.WeakKeyDictionary()
-_GRAPHS: weakref.WeakKeyDictionary[CorpusStore, ReferenceGraph] = weakref.WeakKeyDictionary()
 
 
 class SignalList(BaseModel):
@@ -68,20 +62,19 @@ def round_robin(lists: Sequence[Sequence[str]]) -> list[str]:
 
 
 class Relater:
-    """Finds Ranking B for a Ranking A; keeps paper vectors and the reference graph of its store between calls."""
+    """Finds Ranking B for a Ranking A. Paper vectors and the reference graph outlive one question: they are kept in
+    the corpus's cache (per cache folder and vector source), dropped when the corpus closes."""
 
-    def __init__(self, searcher: HybridSearcher, settings: RelateSettings, store_home: Path) -> None:
-        self.searcher = searcher
+    def __init__(self, corpus: CorpusView, settings: RelateSettings, store_home: Path) -> None:
+        self.corpus = corpus
         self.settings = settings
-        store = searcher.store
         folder = settings.paper_vector_cache or Path(store_home) / "relate"
-        cached = _VECTORS.setdefault(store, {})
-        key = (folder, settings.paper_vectors)
-        if key not in cached:
-            dense = searcher.index.dense
-            cached[key] = PaperVectors(dense.embedder, folder, settings.paper_vectors, dense)
-        self.vectors = cached[key]
-        self.graph = _GRAPHS.setdefault(store, ReferenceGraph())
+        dense = corpus.vectors
+        self.vectors = corpus.cached(
+            ("relate.paper-vectors", folder, settings.paper_vectors),
+            lambda: PaperVectors(dense.embedder, folder, settings.paper_vectors, dense),
+        )
+        self.graph = corpus.cached("relate.reference-graph", ReferenceGraph)
 
     def enabled_signals(self) -> list[SignalName]:
         return [name for name in SIGNALS if getattr(self.settings, name)]
@@ -99,19 +92,19 @@ class Relater:
         return Expansion(seeds=seeds, signals=signals, ranking=self._titled(ranking))
 
     def _neighbours(self, name: SignalName) -> Neighbours:
-        store = self.searcher.store
+        store = self.corpus.store
         if name == "embedding":
             return lambda seed, n: self.vectors.neighbours(store, seed, n)
         if name == "references":
             return lambda seed, n: self.graph.neighbours(store, seed, n)
-        return lambda seed, n: bm25_neighbours(self.searcher, seed, n, self.settings.seed_text_words)
+        return lambda seed, n: bm25_neighbours(self.corpus.searcher, store, seed, n, self.settings.seed_text_words)
 
     def _titled(self, ranking: Ranking) -> Ranking:
         """Titles for the neighbours Ranking A did not hold."""
         untitled = [candidate.paper_id for candidate in ranking.candidates if not candidate.title]
         if not untitled:
             return ranking
-        summaries = self.searcher.store.paper_summaries(untitled)
+        summaries = self.corpus.store.paper_summaries(untitled)
         return ranking.model_copy(
             update={
                 "candidates": [

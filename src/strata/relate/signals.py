@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -20,9 +20,10 @@ import numpy as np
 from strata.documents.identifiers import normalize_title
 from strata.documents.model import ContentType, Paper, Reference
 from strata.index.dense import DenseIndex
-from strata.index.embedder import Embedder
-from strata.retrieve.hybrid import HybridSearcher
-from strata.store.sqlite import MIN_TITLE_MATCH_CHARS, CorpusStore
+from strata.encoders.embedder import Embedder
+from strata.retrieve.protocol import Searcher
+from strata.store.base import MIN_TITLE_MATCH_CHARS
+from strata.store.protocol import PaperStore
 
 EMBED_WORDS = 200  # MiniLM reads ~256 word pieces; more words would be cut off anyway
 EMBED_BATCH = 512  # papers embedded between cache saves
@@ -30,7 +31,7 @@ EMBED_BATCH = 512  # papers embedded between cache saves
 StoreVersion = tuple[int, int]
 
 
-def store_version(store: CorpusStore) -> StoreVersion:
+def store_version(store: PaperStore) -> StoreVersion:
     """Changes whenever papers are added (chunk row ids only grow) or removed (the count drops)."""
     return store.max_chunk_rowid(), len(store.paper_ids())
 
@@ -47,7 +48,7 @@ def chunk_vectors(dense: object) -> dict[int, np.ndarray] | None:
     return dense.vectors() if isinstance(dense, DenseIndex) else None
 
 
-def chunk_means(store: CorpusStore, vectors: dict[int, np.ndarray], paper_ids: Sequence[str]) -> dict[str, np.ndarray]:
+def chunk_means(store: PaperStore, vectors: dict[int, np.ndarray], paper_ids: Sequence[str]) -> dict[str, np.ndarray]:
     """Normalised mean of each paper's chunk vectors, reference-list chunks left out (they describe other papers)
     unless a paper has nothing else."""
     wanted = set(paper_ids)
@@ -90,7 +91,7 @@ class PaperVectors:
         self._row: dict[str, int] = {}
         self._version: StoreVersion | None = None
 
-    def refresh(self, store: CorpusStore) -> None:
+    def refresh(self, store: PaperStore) -> None:
         version = store_version(store)
         if version == self._version:
             return
@@ -115,7 +116,7 @@ class PaperVectors:
         self._row = {paper_id: row for row, paper_id in enumerate(current)}
         self._version = version
 
-    def neighbours(self, store: CorpusStore, paper_id: str, n: int) -> list[str]:
+    def neighbours(self, store: PaperStore, paper_id: str, n: int) -> list[str]:
         self.refresh(store)
         row = self._row.get(paper_id)
         if row is None:
@@ -168,7 +169,7 @@ class ReferenceGraph:
         self._holders: dict[str, set[str]] = {}
         self._version: StoreVersion | None = None
 
-    def refresh(self, store: CorpusStore) -> None:
+    def refresh(self, store: PaperStore) -> None:
         version = store_version(store)
         if version == self._version:
             return
@@ -186,10 +187,10 @@ class ReferenceGraph:
                     self._holders.setdefault(key, set()).add(paper_id)
         self._version = version
 
-    def neighbours(self, store: CorpusStore, paper_id: str, n: int) -> list[str]:
+    def neighbours(self, store: PaperStore, paper_id: str, n: int) -> list[str]:
         """Papers by direct citation (1 point, either direction) plus shared references / sqrt(|refs a|·|refs b|)."""
         self.refresh(store)
-        scores: Counter[str] = Counter()
+        scores: defaultdict[str, float] = defaultdict(float)
         own = self._keys.get(paper_id, set())
         shared: Counter[str] = Counter(other for key in own for other in self._holders[key] if other != paper_id)
         for other, count in shared.items():
@@ -199,8 +200,8 @@ class ReferenceGraph:
         return [other for other, _ in sorted(scores.items(), key=lambda item: (-item[1], item[0]))[:n]]
 
 
-def bm25_neighbours(searcher: HybridSearcher, paper_id: str, n: int, words: int) -> list[str]:
+def bm25_neighbours(searcher: Searcher, store: PaperStore, paper_id: str, n: int, words: int) -> list[str]:
     """Papers whose chunks best match the seed's title and abstract under BM25."""
-    text = paper_summary_text(searcher.store.get_paper(paper_id), words)
+    text = paper_summary_text(store.get_paper(paper_id), words)
     ranking = searcher.search(text, k=n + 1, method="bm25", prf=False)
     return [other for other in ranking.paper_ids if other != paper_id][:n]

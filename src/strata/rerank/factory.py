@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from strata.config import Settings
+from strata.encoders.cross_encoder import load_cross_encoder
 from strata.llm import LLMClient
 from strata.rerank.base import FirstStage, Reranker
-from strata.rerank.crossencoder import CrossEncoderReranker, cross_encoder_source, load_cross_encoder
-from strata.rerank.features import CompactFeatures, FeatureCache, features_path
+from strata.rerank.crossencoder import CrossEncoderReranker, cross_encoder_source, trained_fusion_weight
+from strata.rerank.features import CompactFeatures, ExtractionReport, FeatureCache, features_path
+from strata.rerank.fusion import FusedReranker
 from strata.rerank.listwise import ListwiseLLM
 from strata.rerank.rerankers import (
     CoarseToFineReranker,
@@ -17,20 +19,30 @@ from strata.rerank.rerankers import (
     truncated_representation,
 )
 from strata.rerank.texts import PaperTexts
-from strata.store import AnyStore
+from strata.store.protocol import PaperStore
 
 LLM_METHODS = ("listwise", "sliding-window", "corank", "corank-truncated", "random-pool")
 
 
 def make_reranker(
-    settings: Settings, store: AnyStore, client: LLMClient | None = None, method: str | None = None
+    settings: Settings, store: PaperStore, client: LLMClient | None = None, method: str | None = None
 ) -> Reranker:
-    """The reranker named by `method` (default: `settings.rerank.method`).
+    """The reranker named by `method` (default: `settings.rerank.method`), fused with the first stage at
+    `rerank.fusion_weight` (unset: the weight chosen when the cross-encoder was trained, else the reranker alone).
 
     'default' needs no LLM: the cross-encoder named by rerank.cross_encoder_model, else first-stage.
     The listwise methods need `client`.
     """
-    method = method or settings.rerank.method
+    reranker = _reranker(settings, store, client, method or settings.rerank.method)
+    if isinstance(reranker, FirstStage):
+        return reranker
+    weight = settings.rerank.fusion_weight
+    if weight is None:
+        weight = trained_fusion_weight(settings) if isinstance(reranker, CrossEncoderReranker) else 1.0
+    return reranker if weight == 1.0 else FusedReranker(reranker, weight, settings.search.rrf_k)
+
+
+def _reranker(settings: Settings, store: PaperStore, client: LLMClient | None, method: str) -> Reranker:
     rerank = settings.rerank
     texts = PaperTexts(store)
     if method == "default":
@@ -67,21 +79,21 @@ def make_reranker(
 
 
 def compact_features(settings: Settings, texts: PaperTexts, client: LLMClient | None) -> CompactFeatures:
-    from strata.index.embedder import Embedder
+    from strata.encoders.embedder import Embedder
 
     return CompactFeatures(
         FeatureCache(features_path(settings)), texts, Embedder(settings.index.embedding), settings.rerank, client
     )
 
 
-def extract_features(settings: Settings, paper_ids: list[str] | None = None, limit: int | None = None):
+def extract_features(
+    settings: Settings,
+    store: PaperStore,
+    client: LLMClient,
+    paper_ids: list[str] | None = None,
+    limit: int | None = None,
+) -> ExtractionReport:
     """`strata features`: compact features for the given papers (default: the whole corpus, or its first `limit`
     by id); papers with current cached features cost no LLM call."""
-    from strata.llm import make_client
-    from strata.rerank.features import ExtractionReport
-    from strata.store import open_store
-
-    with open_store(settings) as store, make_client(settings) as client:
-        wanted = paper_ids or store.paper_ids()[:limit]
-        report: ExtractionReport = compact_features(settings, PaperTexts(store), client).ensure(wanted)
-    return report
+    wanted = paper_ids or store.paper_ids()[:limit]
+    return compact_features(settings, PaperTexts(store), client).ensure(wanted)

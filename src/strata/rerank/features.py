@@ -7,14 +7,14 @@ import sqlite3
 import time
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Annotated
 
 import numpy as np
 from pydantic import BaseModel, Field
 
 from strata.config import RerankSettings, Settings
-from strata.index.embedder import Embedder
-from strata.llm import LLMClient, LLMError, prompt_registry
+from strata.encoders.embedder import Embedder
+from strata.llm import LLMClient, LLMError
+from strata.rerank.model import DocumentFeatures, SectionGist, rerank_prompts
 from strata.rerank.texts import PaperTexts
 
 FEATURES_SCHEMA = """
@@ -27,23 +27,6 @@ CREATE TABLE IF NOT EXISTS features (
     keyword_vectors BLOB NOT NULL
 )
 """
-
-
-class SectionGist(BaseModel):
-    title: str = Field(max_length=24, description="Section title")
-    gist: str = Field(max_length=48, description="One short line on what the section says")
-
-
-class DocumentFeatures(BaseModel):
-    """What the extractor writes; lengths are bounded so the grammar bounds the decoding cost."""
-
-    category: list[Annotated[str, Field(max_length=24)]] = Field(
-        min_length=1, max_length=3, description="Research field, broad to narrow"
-    )
-    sections: list[SectionGist] = Field(min_length=1, max_length=3, description="Main parts with a gist each")
-    keywords: list[Annotated[str, Field(max_length=24)]] = Field(
-        min_length=1, max_length=8, description="Specific key terms"
-    )
 
 
 class StoredFeatures(BaseModel):
@@ -198,7 +181,7 @@ def extract_document_features(client: LLMClient, embedder: Embedder, document: s
     """One document's features with their section and keyword embeddings; None when the LLM gave no usable answer.
     The part of extraction that needs no store, so Ray workers run it too."""
     try:
-        features = client.complete(prompt_registry().render("features_extract", document=document))
+        features = client.complete(rerank_prompts().render("features_extract", document=document))
     except LLMError:
         return None
     assert isinstance(features, DocumentFeatures)

@@ -6,18 +6,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from functools import cache
 from pydantic import BaseModel, Field, create_model
+from pydantic.json_schema import JsonDict
 
-from strata.llm import LLMClient, LLMError, Prompt, calibrated_logprobs, prompt_registry
+from strata.llm import LLMClient, LLMError, Prompt, calibrated_logprobs
+from strata.rerank.model import RankedIds, rerank_prompts
 from strata.rerank.permutation import ParseErrors, parse_permutation
 
 CHARS_PER_TOKEN = 3.6  # Qwen's tokenizer on scientific English is ~4; lower errs toward smaller windows
 LINE_OVERHEAD_TOKENS = 6  # '[123] ' and the newline
-
-
-class RankedIds(BaseModel):
-    """A listwise answer: candidate numbers, best first."""
-
-    ranking: list[int] = Field(description="Candidate numbers, most relevant first")
 
 
 @cache
@@ -25,8 +21,8 @@ def ranked_ids_schema(n: int, count: int) -> type[BaseModel]:
     """RankedIds whose JSON schema (hence the embedded model's grammar) admits exactly `count` numbers, each one of
     1..n, while validation stays loose (any integers): answers from an unconstrained backend reach the tolerant
     parser instead of failing. Duplicates cannot be excluded by a JSON-schema grammar; the parser drops them."""
-    strict = {"items": {"type": "integer", "enum": list(range(1, n + 1))}, "minItems": count, "maxItems": count}
-    return create_model(  # type: ignore[call-overload, no-any-return]
+    strict: JsonDict = {"items": {"type": "integer", "enum": list(range(1, n + 1))}, "minItems": count, "maxItems": count}
+    return create_model(
         f"RankedIds{n}x{count}", __base__=RankedIds, ranking=(list[int], Field(json_schema_extra=strict))
     )
 
@@ -43,7 +39,7 @@ class ListwiseLLM:
         self.window_tokens = window_tokens
         self.answer = answer
         self.errors = ParseErrors()
-        self._prompts = prompt_registry()
+        self._prompts = rerank_prompts()
 
     def order_window(self, query: str, texts: Sequence[str], count: int | None = None) -> list[int]:
         """0-based order of `texts`, best first: the model names its best `count` (default all), the rest keep

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import hashlib
 
-from strata.store import AnyStore
+from strata.store.protocol import PaperStore
 
 
 class PaperTexts:
     """Title and body words of stored papers, read once per paper."""
 
-    def __init__(self, store: AnyStore) -> None:
+    def __init__(self, store: PaperStore) -> None:
         self.store = store
         self._papers: dict[str, tuple[str, list[str]]] = {}
 
@@ -19,6 +19,13 @@ class PaperTexts:
             paper = self.store.get_paper(paper_id)
             self._papers[paper_id] = (paper.title.strip(), (paper.abstract or paper.text).split())
         return self._papers[paper_id]
+
+    def title(self, paper_id: str) -> str:
+        return self._read(paper_id)[0]
+
+    def body(self, paper_id: str) -> list[str]:
+        """The abstract's words (the text's when there is no abstract)."""
+        return self._read(paper_id)[1]
 
     def passage(self, paper_id: str, words: int) -> str:
         """'Title. first `words` words of the body': the full-text representation, and (shorter) the truncated

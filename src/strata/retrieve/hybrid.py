@@ -2,28 +2,32 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator
-from contextlib import contextmanager
-from typing import Literal
+from collections.abc import Collection
 
-from strata.config import SearchSettings, Settings
+from strata.config import SearchSettings
 from strata.documents.model import Candidate, ChunkHit, Ranking
 from strata.index import CorpusIndex
 from strata.index.bm25 import rm3_weights
 from strata.index.state import ChunkScore
 from strata.retrieve.fusion import reciprocal_rank_fusion
-from strata.store.sqlite import CorpusStore, StoredChunk
+from strata.retrieve.protocol import Method
+from strata.store.base import StoredChunk
+from strata.store.protocol import PaperStore
 
-Method = Literal["bm25", "dense", "hybrid"]
 METHODS: tuple[Method, ...] = ("bm25", "dense", "hybrid")
 ROLL_UP_PAGE = 100  # chunks read from the store at a time while rolling up
 
 
 class HybridSearcher:
-    def __init__(self, store: CorpusStore, index: CorpusIndex, settings: SearchSettings) -> None:
-        self.store = store
-        self.index = index
+    """The `Searcher` over a store's own indices; open one through `strata.corpus.Corpus`."""
+
+    def __init__(self, store: PaperStore, index: CorpusIndex, settings: SearchSettings) -> None:
+        self._store = store
+        self._index = index
         self.settings = settings
+
+    def with_settings(self, settings: SearchSettings) -> HybridSearcher:
+        return HybridSearcher(self._store, self._index, settings)
 
     def search(
         self,
@@ -41,7 +45,7 @@ class HybridSearcher:
         """
         if method not in METHODS:
             raise ValueError(f"unknown search method {method!r}; expected one of {', '.join(METHODS)}")
-        if method != "bm25" and not self.index.settings.dense:
+        if method != "bm25" and not self._index.settings.dense:
             if method == "dense":
                 raise ValueError("dense search is off for this corpus (index.dense = false)")
             method = "bm25"  # hybrid on a BM25-only corpus
@@ -61,13 +65,13 @@ class HybridSearcher:
         return Ranking(query=query, method=name, candidates=self._papers(fused, k))
 
     def bm25_chunks(self, query: str, prf: bool, paper_ids: Collection[str] | None = None) -> list[ChunkScore]:
-        bm25 = self.index.bm25
+        bm25 = self._index.bm25
         tie_breaker = self.settings.bm25_title_tie_breaker
         hits = bm25.search(query, self.settings.depth, paper_ids, tie_breaker)
         if not prf or not hits:
             return hits
         feedback = hits[: self.settings.prf_docs]
-        texts = self.store.get_chunks(hit.rowid for hit in feedback)
+        texts = self._store.get_chunks(hit.rowid for hit in feedback)
         weights = rm3_weights(
             bm25.terms(query),
             [(bm25.terms(texts[hit.rowid].chunk.text), hit.score) for hit in feedback if hit.rowid in texts],
@@ -77,8 +81,8 @@ class HybridSearcher:
         return bm25.search_terms(weights, self.settings.depth, paper_ids, tie_breaker)
 
     def dense_chunks(self, query: str, paper_ids: Collection[str] | None = None) -> list[ChunkScore]:
-        rowids = None if paper_ids is None else self.index.bm25.rowids_of_papers(paper_ids)
-        return self.index.dense.search_text(query, self.settings.depth, rowids)
+        rowids = None if paper_ids is None else self._index.bm25.rowids_of_papers(paper_ids)
+        return self._index.dense.search_text(query, self.settings.depth, rowids)
 
     def _papers(self, fused: list[tuple[int, float]], k: int) -> list[Candidate]:
         """Roll chunks up to papers: a paper scores as its best chunk and keeps its best `chunks_per_paper`.
@@ -95,13 +99,13 @@ class HybridSearcher:
                 extra_pages -= 1
             page = fused[start : start + ROLL_UP_PAGE]
             start += ROLL_UP_PAGE
-            paper_of = self.store.chunk_paper_ids(rowid for rowid, _ in page)  # deleted chunks are absent: skipped
+            paper_of = self._store.chunk_paper_ids(rowid for rowid, _ in page)  # deleted chunks are absent: skipped
             for rowid, score in page:
                 if rowid in paper_of:
                     by_paper.setdefault(paper_of[rowid], []).append((rowid, score))
         best_first = sorted(by_paper.items(), key=lambda item: (-item[1][0][1], item[0]))[:k]
         kept = [(paper_id, hits[: self.settings.chunks_per_paper]) for paper_id, hits in best_first]
-        stored = self.store.get_chunks(rowid for _, hits in kept for rowid, _ in hits)
+        stored = self._store.get_chunks(rowid for _, hits in kept for rowid, _ in hits)
         candidates: list[Candidate] = []
         for paper_id, hits in kept:
             chunks = [_hit(stored[rowid], score) for rowid, score in hits if rowid in stored]
@@ -127,11 +131,3 @@ def _hit(stored: StoredChunk, score: float) -> ChunkHit:
         score=score,
     )
 
-
-@contextmanager
-def open_searcher(settings: Settings) -> Iterator[HybridSearcher]:
-    """A searcher over the corpus under `settings.store.home`; the store is closed on exit."""
-    from strata.store import open_store
-
-    with open_store(settings) as store:
-        yield HybridSearcher(store, CorpusIndex(store, settings), settings.search)

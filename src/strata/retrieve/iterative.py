@@ -16,12 +16,11 @@ from strata.config import RetrieveSettings
 from strata.documents.model import Candidate, ChunkHit, Ranking
 from strata.llm.client import LLMClient
 from strata.llm.errors import LLMOutputError
-from strata.llm.prompts import prompt_registry
 from strata.llm.trace import Trace
 from strata.rerank.base import Reranker
 from strata.retrieve.constraints import extract_constraints, merge_llm_constraints, satisfies
 from strata.retrieve.fusion import reciprocal_rank_fusion
-from strata.retrieve.hybrid import HybridSearcher
+from strata.retrieve.protocol import Searcher
 from strata.retrieve.rounds import (
     Constraints,
     RetrievalRound,
@@ -30,24 +29,29 @@ from strata.retrieve.rounds import (
     Subqueries,
     SubqueryResult,
     Verdict,
+    retrieve_prompts,
 )
+from strata.store.protocol import PaperStore
 
 POOLED_METHOD = "lit3r-retrieve"
 MAX_SUBQUERY_WORDS = 32  # a "subquery" longer than this is the model rambling, not a search query
 
 
 class QuestionRetriever:
-    """Runs the loop for one question at a time; holds the searcher, reranker and (optional) LLM client."""
+    """Runs the loop for one question at a time; holds the searcher, the store (for the papers' venues and years),
+    the reranker and the (optional) LLM client."""
 
     def __init__(
         self,
-        searcher: HybridSearcher,
+        searcher: Searcher,
+        store: PaperStore,
         reranker: Reranker,
         settings: RetrieveSettings,
         client: LLMClient | None = None,
         rrf_k: int = 60,
     ) -> None:
         self.searcher = searcher
+        self.store = store
         self.reranker = reranker
         self.settings = settings
         self.client = client
@@ -120,7 +124,7 @@ class QuestionRetriever:
         trace: Trace | None,
     ) -> Subqueries:
         assert self.client is not None
-        registry = prompt_registry()
+        registry = retrieve_prompts()
         restriction = restriction_line(constraints)
         if number == 1:
             prompt = registry.render(
@@ -154,7 +158,7 @@ class QuestionRetriever:
     def _apply_constraints(self, ranking: Ranking, constraints: Constraints) -> tuple[Ranking, int]:
         if constraints.empty or not self.settings.filter_constraints or not ranking.candidates:
             return ranking, 0
-        summaries = self.searcher.store.paper_summaries(ranking.paper_ids)
+        summaries = self.store.paper_summaries(ranking.paper_ids)
         kept = [c for c in ranking.candidates if c.paper_id not in summaries or satisfies(summaries[c.paper_id], constraints)]
         return renumbered(ranking, kept), len(ranking.candidates) - len(kept)
 
@@ -170,7 +174,7 @@ class QuestionRetriever:
     def _verify(self, question: str, pooled: Ranking, trace: Trace | None) -> Verdict | None:
         """The verdict, or None when the model's answer could not be parsed (the failed call is in the trace)."""
         assert self.client is not None
-        prompt = prompt_registry().render(
+        prompt = retrieve_prompts().render(
             "retrieve_verify", question=question, evidence=evidence_block(pooled, self.settings)
         )
         try:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import functools
+from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from strata.documents.model import Ranking
+from strata.llm.templates import PromptRegistry
 
 
 class Subqueries(BaseModel):
@@ -91,3 +94,9 @@ class RetrievalRun(BaseModel):
     rounds: list[RetrievalRound]
     stop_reason: StopReason
     ranking: Ranking = Field(description="Ranking A: the subquery rankings fused, best first")
+
+
+@functools.cache
+def retrieve_prompts() -> PromptRegistry:
+    """The loop's prompts (`strata/retrieve/prompts/`), loaded and validated once."""
+    return PromptRegistry.from_directory(Path(__file__).with_name("prompts"), [Subqueries, Verdict])

@@ -28,7 +28,7 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from strata.config import Settings
 from strata.documents.model import Ranking
-from strata.ingest import IngestReport
+from strata.pipeline.ingest import IngestReport
 from strata.read.model import AnswerFormat, AskCancelled, AskResult, StageEvent
 from strata.retrieve.hybrid import Method
 from strata.serve.service import (
@@ -249,7 +249,8 @@ def serve(settings: Settings, ask_fn: AskFunction | None = None) -> None:
     """Run the API and web page on serve.host:serve.port until interrupted."""
     check_bind(settings)
     uvicorn.run(create_app(settings, ask_fn), host=settings.serve.host, port=settings.serve.port, log_level="info",
-                timeout_keep_alive=settings.serve.keep_alive_s)
+                # uvicorn annotates int but hands the value to loop.call_later, which takes fractional seconds.
+                timeout_keep_alive=settings.serve.keep_alive_s)  # type: ignore[arg-type]
 
 
 @contextmanager

@@ -11,21 +11,23 @@ from collections.abc import Callable, Iterable
 from contextlib import ExitStack, closing
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Protocol
+from typing import TYPE_CHECKING, BinaryIO, Protocol
 
 from pydantic import BaseModel, Field
 
 from strata.config import Settings
+from strata.corpus import Corpus
 from strata.documents.model import Locator, Paper, Ranking, Section
-from strata.index import CorpusIndex
-from strata.ingest import IngestReport
+from strata.pipeline.ingest import IngestReport
 from strata.read.model import AnswerFormat, AskResult, StageEvent
 from strata.rerank.base import FirstStage, Reranker
-from strata.rerank.factory import LLM_METHODS, make_reranker
-from strata.retrieve.hybrid import HybridSearcher, Method
-from strata.store import open_store
+from strata.rerank.factory import LLM_METHODS
+from strata.retrieve.protocol import Method
 from strata.store.sqlite import CorpusStats
 from strata.toc.query import TocAnswer
+
+if TYPE_CHECKING:
+    from strata.pipeline.ask import Pipeline
 
 UPLOADS = "uploads"  # sub-folder of the storage root that uploaded files are written to
 
@@ -126,14 +128,14 @@ class Health(BaseModel):
 
 class ResidentPipeline:
     """The default ask function: one Read pipeline (store, LLM, reranker) opened on the first question and reused by
-    the next ones, instead of loading the LLM again per question as `strata.read.pipeline.ask` does."""
+    the next ones, instead of loading the LLM again per question as `strata.pipeline.ask.ask` does."""
 
     def __init__(self) -> None:
-        from strata.read.pipeline import open_pipeline  # ImportError when the Read stage is missing
+        from strata.pipeline.ask import open_pipeline  # ImportError when the Read stage is missing
 
         self._open_pipeline = open_pipeline
         self._stack = ExitStack()
-        self._pipeline = None
+        self._pipeline: Pipeline | None = None
 
     def __call__(self, question: str, settings: Settings, *, options: list[str] | None = None,
                  answer_format: AnswerFormat = "text", on_event: Callable[[StageEvent], None] | None = None
@@ -147,15 +149,15 @@ class ResidentPipeline:
 
 
 class CorpusService:
-    """One open store and searcher shared by every request; ingest and LLM work are bounded by locks."""
+    """One open corpus shared by every request; ingest and LLM work are bounded by locks."""
 
     def __init__(self, settings: Settings, ask_fn: AskFunction | None = None) -> None:
         self.settings = settings
         self.limits = settings.serve
         self.storage_root = Path(settings.serve.storage_root or Path(settings.store.home) / "files").resolve()
         self._ask_fn = ask_fn
-        self._store = open_store(settings)
-        self.searcher = self._open_searcher()
+        self.corpus = Corpus(settings)
+        self._store = self.corpus.store
         self.reranker = self._search_reranker()
         # The embedded LLM serves one caller at a time; asks and ToC questions queue for a slot.
         self._llm_slots = threading.BoundedSemaphore(settings.serve.concurrent_asks)
@@ -164,10 +166,7 @@ class CorpusService:
 
     def close(self) -> None:
         self._resident.close()
-        self._store.close()
-
-    def _open_searcher(self) -> HybridSearcher:
-        return HybridSearcher(self._store, CorpusIndex(self._store, self.settings), self.settings.search)
+        self.corpus.close()
 
     def _search_reranker(self) -> Reranker:
         """`rerank.method` for searches when it needs no LLM (the cross-encoder). A listwise LLM reranker would hold the
@@ -175,11 +174,11 @@ class CorpusService:
         so) and answers apply it."""
         if self.settings.rerank.method in LLM_METHODS:
             return FirstStage()
-        return make_reranker(self.settings, self._store)
+        return self.corpus.reranker
 
     def warm_up(self) -> None:
         """Load the indices and the query encoder now, so that the first request does not wait for them."""
-        self.searcher.search("warm up", k=1)
+        self.corpus.searcher.search("warm up", k=1)
 
     # reading the corpus
 
@@ -189,7 +188,7 @@ class CorpusService:
     def search(self, query: str, k: int | None = None, method: Method = "hybrid", prf: bool | None = None) -> Ranking:
         self.check_query(query)
         try:
-            ranking = self.searcher.search(query, k=min(k or self.settings.search.k, self.limits.max_k),
+            ranking = self.corpus.searcher.search(query, k=min(k or self.settings.search.k, self.limits.max_k),
                                            method=method, prf=prf)
         except ValueError as error:  # e.g. dense search on a BM25-only corpus
             raise ServiceError(str(error)) from error
@@ -338,12 +337,12 @@ class CorpusService:
         return target
 
     def _ingest(self, paths: list[Path]) -> IngestReport:
-        from strata.ingest import ingest
+        from strata.pipeline.ingest import ingest
 
         report = ingest(paths, self.settings)
         # A fresh view of the indices ingest just synced: searchable at once (other readers, such as the resident
         # pipeline, see the change within about a second, when tantivy reloads).
-        self.searcher = self._open_searcher()
+        self.corpus.refresh()
         # Paths in the report are the server's own; clients see them relative to the storage root.
         for outcome in report.files:
             outcome.path = str(Path(outcome.path).relative_to(self.storage_root))

@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TYPE_CHECKING
 
 from strata.config import Settings
 from strata.store.locking import StoreBusyError
+from strata.store.protocol import PaperStore, WritableStore
 from strata.store.sqlite import CorpusStore
 
 if TYPE_CHECKING:
     from strata.store.postgres import PostgresCorpusStore
 
-# Either backend: the two classes have the same methods.
-AnyStore: TypeAlias = "CorpusStore | PostgresCorpusStore"
+# Either backend, as the Protocol both satisfy.
+AnyStore = WritableStore
 
 
 def open_store(settings: Settings) -> CorpusStore | PostgresCorpusStore:
@@ -25,4 +26,4 @@ def open_store(settings: Settings) -> CorpusStore | PostgresCorpusStore:
     return PostgresCorpusStore(url)
 
 
-__all__ = ["AnyStore", "CorpusStore", "StoreBusyError", "open_store"]
+__all__ = ["AnyStore", "CorpusStore", "PaperStore", "StoreBusyError", "WritableStore", "open_store"]

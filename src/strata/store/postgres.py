@@ -87,4 +87,4 @@ def _redacted(url: str) -> str:
     except psycopg.ProgrammingError:
         return "<unparseable URL>"
     info.pop("password", None)
-    return make_conninfo(**info)
+    return make_conninfo("", **info)

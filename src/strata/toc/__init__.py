@@ -8,10 +8,12 @@
     ranking = TocRetriever(client, settings.toc).rank(toc, q)  # trie-constrained: only real leaves
     answer = run_toc_query(settings, "psychology-2e", q)       # store -> ToC (or induced) -> leaves, text, locators
 
-Modules: model (typed data), tree (ToC and prompt views), trie (constrained search), retriever (zero-shot, llama.cpp
-or HTTP), baselines (BM25, dense), synthetic (training questions), finetune (LoRA STAIR/DSI), experiment (one run on
-CPU or GPU), induce (ToC for documents without an outline), query (the `strata toc` command). This package imports
-only the light modules, so a GPU machine without the corpus stack (tantivy, faiss, llama.cpp) can run `experiment`.
+Modules: model (typed data, the prompts' registry), tree (ToC and prompt views), trie (constrained search),
+retriever (zero-shot, llama.cpp or HTTP), baselines (BM25, dense), synthetic (training questions), encode, decode and
+adapter (a STAIR/DSI adapter on transformers: prompt tokens, trie-constrained beam search, adapter files), induce
+(ToC for documents without an outline), query (the `strata toc` command). The LoRA training is `strata.train`, the
+CPU/GPU experiment `strata.experiments.stair`. This package imports only the light modules, so a GPU machine without
+the corpus stack (tantivy, faiss, llama.cpp) can run the experiment.
 """
 
 from strata.toc.model import DocumentToc, LeafRanking, ScoredLeaf, TocEntry

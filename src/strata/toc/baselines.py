@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from typing import cast
 
 import numpy as np
 import tantivy
@@ -16,7 +17,7 @@ from tantivy import Occur, Query
 
 from strata.config import EmbeddingSettings
 from strata.index.bm25 import ANALYZER, FIELDS, TITLE_TIE_BREAKER, english_analyzer
-from strata.index.embedder import Embedder
+from strata.encoders.embedder import Embedder
 from strata.toc.model import DocumentToc, LeafRanking, TocEntry
 
 PATH_SEPARATOR = " > "
@@ -65,9 +66,10 @@ class LeafBM25:
         ]
         searcher = self.index.searcher()
         hits = searcher.search(Query.disjunction_max_query(per_field, tie_breaker=TITLE_TIE_BREAKER), k).hits
-        positions = searcher.fast_field_values("position", [address for _, address in hits])
+        # An integer field that every leaf's document has (the stub types any field's values).
+        positions = cast(list[int], searcher.fast_field_values("position", [address for _, address in hits]))
         scored = sorted(
-            ((self.leaves[int(position)], float(score)) for (score, _), position in zip(hits, positions)),
+            ((self.leaves[position], float(score)) for (score, _), position in zip(hits, positions)),
             key=lambda item: (-item[1], item[0].number),
         )
         return _ranking(query, "bm25", scored, started)

@@ -16,9 +16,9 @@ import numpy as np
 
 from strata.config import Settings
 from strata.documents.model import Chunk, Paper
-from strata.index.embedder import Embedder
-from strata.llm import LLMClient, LLMError, prompt_registry
-from strata.toc.model import DocumentToc, SectionTitle, TocEntry
+from strata.encoders.embedder import Embedder
+from strata.llm import LLMClient, LLMError
+from strata.toc.model import DocumentToc, SectionTitle, TocEntry, toc_prompts
 from strata.toc.tree import owning_leaf
 
 TITLE_PROMPT = "toc_title"
@@ -123,7 +123,7 @@ def _title(chunks: Sequence[Chunk], client: LLMClient | None) -> str:
     fallback = " ".join(first_sentence[:FALLBACK_TITLE_WORDS]) or "Untitled"
     if client is None:
         return fallback
-    prompt = prompt_registry().render(TITLE_PROMPT, passage=" ".join(words[:TITLE_PASSAGE_WORDS]))
+    prompt = toc_prompts().render(TITLE_PROMPT, passage=" ".join(words[:TITLE_PASSAGE_WORDS]))
     try:
         title = " ".join(client.complete(prompt, SectionTitle).title.split())
     except LLMError:

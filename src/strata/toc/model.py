@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from strata.documents.model import Chunk
+from strata.llm.templates import PromptRegistry
 
 Split = Literal["train", "dev"]
 
@@ -119,3 +122,10 @@ class SectionTitle(BaseModel):
     """An induced ToC entry's title."""
 
     title: str = Field(min_length=1, max_length=120)
+
+
+@functools.cache
+def toc_prompts() -> PromptRegistry:
+    """The ToC prompts (`strata/toc/prompts/`), loaded and validated once."""
+    models: list[type[BaseModel]] = [LeafChoice, SyntheticQuestions, SectionTitle]
+    return PromptRegistry.from_directory(Path(__file__).with_name("prompts"), models)

@@ -8,24 +8,19 @@ Documents without an outline get an induced ToC first.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field
 
 from strata.config import Settings
 from strata.documents.model import Locator, Paper
 from strata.llm import LLMClient, make_client
-from strata.store.sqlite import CorpusStore
+from strata.store.protocol import PaperStore
 from strata.toc.induce import induce_toc, needs_induction
 from strata.toc.model import DocumentToc, LeafRanking, ScoredLeaf
 from strata.toc.retriever import TocRetriever, toc_llm_settings
 from strata.toc.tree import document_toc
-
-if TYPE_CHECKING:
-    from strata.toc.finetune import TrainReport
 
 STAIR_ADAPTER = "stair"
 
@@ -74,6 +69,7 @@ def run_toc_query(settings: Settings, document: str, question: str, k: int | Non
         if use_adapter:
             ranking, method = _adapter_ranking(settings, folder, toc, question, k), "stair-adapter"
         else:
+            assert client is not None  # loaded above whenever there is no adapter
             ranking, method = TocRetriever(client, settings.toc).rank(toc, question, k), "zero-shot"
     hits = [_hit(paper, toc, rank, leaf) for rank, leaf in enumerate(ranking.leaves, start=1)]
     return TocAnswer(
@@ -87,39 +83,7 @@ def run_toc_query(settings: Settings, document: str, question: str, k: int | Non
     )
 
 
-def train_toc_adapter(
-    settings: Settings, document: str, log: Callable[[str], None] = print
-) -> tuple[TrainReport, Path]:
-    """Train and save `document`'s STAIR adapter (used by `run_toc_query` from then on): synthetic questions from
-    the configured LLM (cached), then LoRA on `toc.train_model`, on CUDA when present. Returns the training report
-    and the adapter's folder."""
-    from strata.ingest import open_store
-    from strata.toc.experiment import BookJob, StairJob, run_job
-    from strata.toc.finetune import resolve_device
-    from strata.toc.synthetic import QuestionCache, generate_questions
-
-    with open_store(settings) as store:
-        paper = store.get_paper(resolve_document(store, document))
-    with make_client(toc_llm_settings(settings)) as client:
-        toc, _ = toc_for(paper, settings, client)
-        cache = QuestionCache(settings.toc.question_cache, toc.paper_id, client.model)
-        questions = generate_questions(client, toc, toc.leaves(), settings.toc, cache)
-    job = StairJob(
-        books=[BookJob(toc=toc, questions=questions, queries=[])],
-        settings=settings.toc,
-        seed=settings.llm.seed,
-        modes=["stair"],
-    )
-    folder = adapter_folder(settings, paper.id)
-    runs = run_job(
-        job, settings.toc.train_model, settings.llm.model_dir, resolve_device(settings.toc.device), folder.parent, log
-    )
-    if runs.errors:
-        raise RuntimeError(f"training the ToC adapter of {paper.id} failed: {'; '.join(runs.errors)}")
-    return runs.train[0], folder
-
-
-def resolve_document(store: CorpusStore, document: str) -> str:
+def resolve_document(store: PaperStore, document: str) -> str:
     if store.has_paper(document):
         return document
     wanted = " ".join(document.casefold().split())
@@ -142,13 +106,9 @@ def toc_for(paper: Paper, settings: Settings, client: LLMClient | None) -> tuple
 
 
 def _adapter_ranking(settings: Settings, folder: Path, toc: DocumentToc, question: str, k: int) -> LeafRanking:
-    from strata.toc.finetune import (
-        PromptEncoder,
-        load_adapter,
-        load_base_model,
-        rank_prompts,
-        resolve_device,
-    )
+    from strata.toc.adapter import load_adapter, load_base_model, resolve_device
+    from strata.toc.decode import rank_prompts
+    from strata.toc.encode import PromptEncoder
 
     started = time.perf_counter()
     device = resolve_device(settings.toc.device)

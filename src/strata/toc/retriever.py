@@ -13,8 +13,9 @@ from collections.abc import Sequence
 import numpy as np
 
 from strata.config import LLMSettings, Settings, TocSettings
-from strata.llm import LLMClient, Prompt, prompt_registry
-from strata.toc.model import DocumentToc, LeafRanking, TocEntry
+from strata.llm import LLMClient, Prompt
+from strata.llm.backend import TokenBackend, exposes_tokens
+from strata.toc.model import DocumentToc, LeafRanking, TocEntry, toc_prompts
 from strata.toc.tree import LEAF_MARK, TocView, plan_views
 from strata.toc.trie import LabelTrie, best_first
 
@@ -33,8 +34,8 @@ class TocRetriever:
     def __init__(self, client: LLMClient, settings: TocSettings) -> None:
         self.client = client
         self.settings = settings
-        self.registry = prompt_registry()
-        self._tokens = client.backend if hasattr(client.backend, "next_token_logprobs") else None
+        self.registry = toc_prompts()
+        self._tokens = client.backend if exposes_tokens(client.backend) else None
         self._views: dict[tuple[str, str | None], list[TocView]] = {}
         self._tries: dict[tuple[str, ...], LabelTrie] = {}
         self.constrained_steps = 0  # next-token evaluations of the trie search (untraced: not client calls)
@@ -98,7 +99,7 @@ class TocRetriever:
             ranked = sorted(zip(choices, (s.logprob for s in scores)), key=lambda item: -item[1])
             return ranked[:k]
         backend = self._tokens
-        trie = self._trie(choices)
+        trie = self._trie(backend, choices)
 
         def next_token(answer: Sequence[int]) -> np.ndarray:
             self.constrained_steps += 1
@@ -113,10 +114,9 @@ class TocRetriever:
         )
         return [(by_number[number], score) for number, score in found]
 
-    def _trie(self, choices: Sequence[TocEntry]) -> LabelTrie:
+    def _trie(self, backend: TokenBackend, choices: Sequence[TocEntry]) -> LabelTrie:
         key = tuple(entry.number for entry in choices)
         if key not in self._tries:
-            backend = self._tokens
             self._tries[key] = LabelTrie(
                 {entry.number: backend.tokenize_answer(entry.label) for entry in choices},
                 backend.end_of_answer_token,

@@ -16,9 +16,9 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from strata.config import TocSettings
-from strata.llm import LLMClient, Prompt, PromptRegistry, prompt_registry
+from strata.llm import LLMClient, Prompt, PromptRegistry
 from strata.llm.structured import StructuredOutputError, parse_structured
-from strata.toc.model import DocumentToc, SyntheticQuestions, TocEntry, TrainingQuestion
+from strata.toc.model import DocumentToc, SyntheticQuestions, TocEntry, TrainingQuestion, toc_prompts
 
 QUESTIONS_PROMPT = "toc_questions"
 _QUOTED_QUESTION = re.compile(r'"([^"\n]{8,}\?)"')
@@ -39,7 +39,7 @@ def leaf_passage(toc: DocumentToc, leaf: TocEntry, words: int) -> str:
 def question_prompt(
     toc: DocumentToc, leaf: TocEntry, settings: TocSettings, registry: PromptRegistry | None = None
 ) -> Prompt:
-    return (registry or prompt_registry()).render(
+    return (registry or toc_prompts()).render(
         QUESTIONS_PROMPT,
         book=toc.title or toc.paper_id,
         section=" > ".join(leaf.path),

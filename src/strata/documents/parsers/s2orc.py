@@ -129,7 +129,7 @@ def _html_table(content: object) -> str:
 
 def _content(record: dict[str, Any]) -> dict[str, Any]:
     """The part of the record that holds the paper's text."""
-    parses = [record.get(key) for key in _PARSE_KEYS if isinstance(record.get(key), dict)]
+    parses = [parse for key in _PARSE_KEYS if isinstance(parse := record.get(key), dict)]
     with_body = [parse for parse in parses if parse.get("body_text")]
     return (with_body or parses or [record])[0]
 

@@ -57,16 +57,22 @@ def _inferred_headings(lines: list[Line], body: Body, taken: set[int], below: St
     in_groups = {index for group in groups for index in range(group.start, group.end)}
     groups += _run_in_headings(lines, body, taken | in_groups)  # ranked like printed-apart ones of their look
     if below is not None:
-        groups = [group for group in groups if group.style < below]
+        groups = [group for group in groups if _look(group) < below]
     levels = _style_levels(groups, body, below_outline=below is not None)
     offset = 0 if below is None else 1
     headings = [group for group in groups if group.style in levels]
     for heading in headings:
-        canonical_level, other_level = levels[heading.style]
+        canonical_level, other_level = levels[_look(heading)]
         heading.level = offset + (canonical_level if is_canonical(heading.title) else other_level)
         if heading.number_depth and below is None:  # a printed number says the level better than the font
             heading.level = heading.number_depth
     return headings if below is not None else _without_front_matter(headings, lines)
+
+
+def _look(group: Heading) -> Style:
+    """The style of a heading recognised by its look: only outline and reference-list headings carry none."""
+    assert group.style is not None
+    return group.style
 
 
 def _without_front_matter(headings: list[Heading], lines: list[Line]) -> list[Heading]:
@@ -199,9 +205,9 @@ def _style_levels(groups: list[Heading], body: Body, below_outline: bool) -> dic
     Styles above the one the canonical section names use are dropped (the title, a journal banner) and so are
     styles used too often to be headings. When the canonical names are in body-size bold and that style also serves
     other titles, those are their subsections (preprints often print 'Methods' and 'Cell culture' alike)."""
-    counts = Counter(group.style for group in groups)
+    counts = Counter(_look(group) for group in groups)
     styles = sorted((style for style, count in counts.items() if count <= _MAX_STYLE_HEADINGS), reverse=True)
-    canonical = [group.style for group in groups if is_canonical(group.title)]
+    canonical = [_look(group) for group in groups if is_canonical(group.title)]
     if canonical and not below_outline:
         styles = [style for style in styles if style <= max(canonical)]
     top_named = bool(canonical) and not below_outline and max(canonical)[0] <= body.size + 0.4

@@ -35,7 +35,7 @@ class Fragment:
         publishers set 'kno' ' ' 'wn' with a zero-width space font)."""
         return [
             span
-            for span, following in pairwise([*self.spans, None])
+            for span, following in zip(self.spans, [*self.spans[1:], None], strict=True)
             if following is None
             or span["text"].strip()
             or following["bbox"][0] >= span["bbox"][0] + _FAKE_SPACE_SHARE * (span["bbox"][2] - span["bbox"][0])

@@ -35,7 +35,7 @@ def read_layout(document: pymupdf.Document, styles: bool) -> Layout:
     page_sizes: list[tuple[float, float]] = []
     first_page_text = ""
     block_offset = 0
-    for page in document:
+    for page in document.pages():
         content = page.get_text("dict", flags=flags)
         page_lines, stamps = _page_lines(content["blocks"], page.number + 1, block_offset)
         block_offset += len(content["blocks"])

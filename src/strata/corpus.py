@@ -1,0 +1,107 @@
+"""`Corpus`: one handle on a store home, opened the same way by the CLI, the HTTP service, MCP, eval and benchmarks.
+
+It owns the store (either backend), its BM25 and dense indices, the searcher over them and per-corpus caches, and
+opens the LLM client and the reranker on first use. Stages never build this wiring themselves: they take the narrow
+Protocols (`PaperStore`, `LexicalIndex`, `VectorIndex`, `Searcher`) or a `Corpus`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Iterator
+from contextlib import ExitStack, contextmanager
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
+
+from strata.config import Settings
+from strata.encoders.embedder import Embedder
+from strata.index import CorpusIndex
+from strata.index.protocol import VectorIndex
+from strata.retrieve.hybrid import HybridSearcher
+from strata.retrieve.protocol import Searcher
+from strata.store import open_store
+from strata.store.protocol import PaperStore, WritableStore
+
+if TYPE_CHECKING:
+    from strata.llm import LLMClient
+    from strata.rerank.base import Reranker
+
+T = TypeVar("T")
+
+
+class CorpusView(Protocol):
+    """What Relate and Read take: the store, the searcher, the chunk vectors and the per-corpus cache."""
+
+    @property
+    def store(self) -> PaperStore: ...
+    @property
+    def searcher(self) -> Searcher: ...
+    @property
+    def vectors(self) -> VectorIndex: ...
+    def cached(self, key: Hashable, make: Callable[[], T]) -> T: ...
+
+
+class Corpus:
+    """An open store home: `store`, `index`, `searcher`; `llm` and `reranker` open lazily; `cached` memoises
+    per-corpus state (paper vectors, the reference graph) for as long as the corpus is open."""
+
+    def __init__(self, settings: Settings, client: LLMClient | None = None) -> None:
+        self.settings = settings
+        self._stack = ExitStack()
+        self.store: WritableStore = self._stack.enter_context(open_store(settings))
+        self.index = CorpusIndex(self.store, settings)
+        self.searcher = HybridSearcher(self.store, self.index, settings.search)
+        self._client = client
+        self._reranker: Reranker | None = None
+        self._cache: dict[Hashable, Any] = {}
+
+    @classmethod
+    @contextmanager
+    def open(cls, settings: Settings, client: LLMClient | None = None) -> Iterator[Corpus]:
+        """The corpus under `settings.store.home`, closed on exit; `client` replaces the configured LLM."""
+        corpus = cls(settings, client)
+        try:
+            yield corpus
+        finally:
+            corpus.close()
+
+    @property
+    def vectors(self) -> VectorIndex:
+        return self.index.dense
+
+    @property
+    def embedder(self) -> Embedder:
+        """The dense encoder of this corpus's vectors (queries must be embedded by the same model)."""
+        return self.index.dense.embedder
+
+    @property
+    def llm(self) -> LLMClient:
+        """The configured LLM client, opened on first use (a search-only corpus never loads a model)."""
+        if self._client is None:
+            from strata.llm import make_client
+
+            self._client = self._stack.enter_context(make_client(self.settings))
+        return self._client
+
+    @property
+    def reranker(self) -> Reranker:
+        """`rerank.method`'s reranker; the listwise LLM methods open the LLM client."""
+        if self._reranker is None:
+            from strata.rerank.factory import LLM_METHODS, make_reranker
+
+            needs_llm = self.settings.rerank.method in LLM_METHODS
+            self._reranker = make_reranker(self.settings, self.store, self.llm if needs_llm else None)
+        return self._reranker
+
+    def cached(self, key: Hashable, make: Callable[[], T]) -> T:
+        """`make()`, computed once per key while this corpus is open."""
+        if key not in self._cache:
+            self._cache[key] = make()
+        return cast(T, self._cache[key])
+
+    def refresh(self) -> None:
+        """See what another writer (an ingest) added: fresh index readers and a new searcher; caches are dropped."""
+        self.index = CorpusIndex(self.store, self.settings)
+        self.searcher = HybridSearcher(self.store, self.index, self.settings.search)
+        self._cache.clear()
+
+    def close(self) -> None:
+        self._stack.close()

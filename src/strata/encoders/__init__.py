@@ -1,0 +1,1 @@
+"""Text encoders: the dense embedder and the cross-encoder, and the one torch lock they share."""

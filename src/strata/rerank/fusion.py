@@ -1,0 +1,79 @@
+"""Fusion with the first stage, so that a reranker can only help: the final order interpolates the reranker's ranks
+with the first stage's, at a weight chosen on a validation split (0 keeps the first-stage order).
+
+Ranks, not scores, are fused: every reranker has ranks (a listwise LLM gives nothing else), and a rank-based
+interpolation needs no per-query score normalisation. Each side contributes weight / (k + rank), as weighted
+reciprocal rank fusion (Cormack et al., 2009) with the same `k` as the hybrid first stage.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+
+from pydantic import BaseModel, Field
+
+from strata.documents.model import Ranking
+from strata.rerank.base import Reranker
+from strata.rerank.rerankers import reordered
+
+WEIGHTS: tuple[float, ...] = tuple(step / 10 for step in range(11))  # the grid a validation split chooses from
+
+
+def fuse(first: Ranking, reranked: Ranking, weight: float, k: int = 60) -> list[str]:
+    """Paper ids of `first`, ordered by (1 - weight) / (k + first-stage rank) + weight / (k + reranked rank);
+    ties keep the first-stage order. A paper the reranker did not place counts at the reranker's last rank + 1."""
+    reranked_rank = {paper_id: rank for rank, paper_id in enumerate(reranked.paper_ids, start=1)}
+    missing = len(reranked_rank) + 1
+    scored = [
+        ((1 - weight) / (k + rank) + weight / (k + reranked_rank.get(paper_id, missing)), -rank, paper_id)
+        for rank, paper_id in enumerate(first.paper_ids, start=1)
+    ]
+    return [paper_id for _, _, paper_id in sorted(scored, reverse=True)]
+
+
+class FusedReranker:
+    """`inner`'s order fused with the first stage's at `weight` (see `fuse`); weight 0 returns the first stage."""
+
+    def __init__(self, inner: Reranker, weight: float, k: int = 60) -> None:
+        if not 0.0 <= weight <= 1.0:
+            raise ValueError(f"fusion weight must be within [0, 1], got {weight}")
+        self.inner, self.weight, self.k = inner, weight, k
+        self.name = f"{inner.name}+fusion({weight:g})"
+
+    def rank(self, query: str, candidates: Ranking) -> Ranking:
+        if self.weight == 0.0 or not candidates.candidates:
+            return candidates
+        order = fuse(candidates, self.inner.rank(query, candidates), self.weight, self.k)
+        by_id = {candidate.paper_id: candidate for candidate in candidates.candidates}
+        return reordered(candidates, [by_id[paper_id] for paper_id in order], self.name)
+
+
+class FusionChoice(BaseModel):
+    """The weight a validation split chose, and the curve it was chosen from."""
+
+    weight: float = Field(description="Reranker weight in the fusion; 0 = the reranker did not help on validation")
+    metric: str = Field(description="The validation measure maximised")
+    queries: int = Field(description="Validation queries")
+    curve: dict[str, float] = Field(description="Validation score at each weight tried (keys as '%g')")
+
+    @property
+    def gain(self) -> float:
+        """Validation score at the chosen weight minus the first stage's (weight 0)."""
+        return self.curve[f"{self.weight:g}"] - self.curve["0"]
+
+
+def choose_weight(
+    first: Mapping[str, Ranking],
+    reranked: Mapping[str, Ranking],
+    score: Callable[[Mapping[str, list[str]]], float],
+    metric: str,
+    weights: Sequence[float] = WEIGHTS,
+    k: int = 60,
+) -> FusionChoice:
+    """The weight whose fused rankings score best on validation; ties go to the smaller weight (closer to the first
+    stage), so a reranker that does not help gets weight 0 and changes nothing."""
+    curve = {
+        f"{weight:g}": score({qid: fuse(first[qid], reranked[qid], weight, k) for qid in first}) for weight in weights
+    }
+    best = max(weights, key=lambda weight: (round(curve[f"{weight:g}"], 12), -weight))
+    return FusionChoice(weight=best, metric=metric, queries=len(first), curve=curve)

@@ -1,0 +1,82 @@
+"""The transformers model of the ToC adapters: the packaged GGUF model dequantised into transformers (`gguf_file=`),
+and LoRA adapters saved with what they were trained on, loaded back only onto those base weights."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, Field
+
+from strata.llm.packaged import resolve_model
+from strata.toc.encode import Mode
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+ADAPTER_META = "strata_toc_adapter.json"
+
+
+class AdapterMeta(BaseModel):
+    mode: Mode
+    base_model: str = Field(description="Identity of the base weights the adapter was trained on")
+    paper_ids: list[str]
+    lora_r: int
+    lora_alpha: int
+
+
+def resolve_device(setting: str) -> str:
+    import torch
+
+    if setting == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if setting == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("toc.device is 'cuda' but torch sees no CUDA device")
+    return setting
+
+
+def load_base_model(
+    spec: str, model_dir: Path, device: str, cpu_threads: int | None = None
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase, str]:
+    """A packaged or local GGUF model dequantised into transformers: (model, tokenizer, weights identity)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if device == "cpu" and cpu_threads:
+        torch.set_num_threads(cpu_threads)
+    resolved = resolve_model(spec, model_dir)
+    folder, name = str(resolved.path.parent), resolved.path.name
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=dtype)
+    # transformers types `to` as a functools.wraps result, whose __call__ does not bind `self`.
+    model = model.to(device)  # type: ignore[arg-type]
+    model.eval()
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return model, tokenizer, resolved.identity
+
+
+def save_adapter(peft_model: Any, folder: Path, meta: AdapterMeta) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    peft_model.save_pretrained(str(folder))
+    (folder / ADAPTER_META).write_text(meta.model_dump_json(indent=2))
+
+
+def load_adapter(model: PreTrainedModel, folder: Path, base_identity: str, mode: Mode | None = None) -> Any:
+    """The base model with a saved adapter; refuses an adapter trained on other base weights (or in another mode
+    than `mode`, when given)."""
+    from peft import PeftModel
+
+    meta_path = folder / ADAPTER_META
+    if not meta_path.is_file():
+        raise FileNotFoundError(f"{folder} holds no ToC adapter ({ADAPTER_META} missing)")
+    meta = AdapterMeta.model_validate(json.loads(meta_path.read_text()))
+    if meta.base_model != base_identity:
+        raise ValueError(f"{folder}: adapter was trained on {meta.base_model}, not on {base_identity}")
+    if mode is not None and meta.mode != mode:
+        raise ValueError(f"{folder}: a {meta.mode} adapter, not a {mode} one")
+    peft_model = PeftModel.from_pretrained(model, str(folder))
+    peft_model.eval()
+    return peft_model

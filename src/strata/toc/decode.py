@@ -1,0 +1,245 @@
+"""Inference with a transformers ToC model: trie-constrained beam search over a document's leaf labels, and free
+generation (to count hallucinations).
+
+Batches are left-padded so every answer ends at the last position, and logits are computed only for the answer
+window: the vocabulary projection of a 5,000-token ToC prompt would otherwise dominate memory. Scores are the
+trie-renormalised log-probabilities of `strata.toc.trie`, as in the llama.cpp path.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, Protocol
+
+from strata.config import TocSettings
+from strata.toc.encode import Mode, PromptEncoder
+from strata.toc.model import DocumentToc, LeafRanking
+from strata.toc.retriever import match_generation
+from strata.toc.trie import LabelTrie
+
+if TYPE_CHECKING:
+    import torch
+
+MIN_SHARED_PREFIX = 32  # tokens; below this, reusing a prefix cache saves less than copying it costs
+FREE_EXTRA_TOKENS = 8
+
+
+class CausalLM(Protocol):
+    """A transformers causal LM, bare or under a LoRA adapter (PreTrainedModel itself has no generate())."""
+
+    @property
+    def device(self) -> torch.device: ...
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
+
+    def generate(self, *args: Any, **kwargs: Any) -> Any: ...
+
+
+def _trie_processor(trie: LabelTrie, prompt_length: int) -> Any:
+    import torch
+    from transformers import LogitsProcessor
+
+    class TrieLogitsProcessor(LogitsProcessor):
+        """Only tokens the trie allows, log-probabilities renormalised over them (forced tokens cost nothing)."""
+
+        def __call__(self, input_ids: torch.LongTensor, scores: torch.Tensor) -> torch.Tensor:
+            mask = torch.full_like(scores, float("-inf"))
+            for row, generated in enumerate(input_ids[:, prompt_length:].tolist()):
+                mask[row, trie.allowed(generated)] = 0.0
+            return torch.log_softmax(scores + mask, dim=-1)
+
+    return TrieLogitsProcessor()
+
+
+def _left_padded(sequences: Sequence[Sequence[int]], pad: int, device: str) -> tuple[Any, Any, Any]:
+    """(input ids, attention mask, position ids) with every sequence ending at the last column."""
+    import torch
+
+    width = max(len(sequence) for sequence in sequences)
+    ids = torch.full((len(sequences), width), pad, dtype=torch.long)
+    mask = torch.zeros((len(sequences), width), dtype=torch.long)
+    for row, sequence in enumerate(sequences):
+        ids[row, width - len(sequence) :] = torch.tensor(list(sequence), dtype=torch.long)
+        mask[row, width - len(sequence) :] = 1
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    return ids.to(device), mask.to(device), positions.to(device)
+
+
+def rank_prompts(
+    model: CausalLM,
+    encoder: PromptEncoder,
+    prompts: Sequence[list[int]],
+    trie: LabelTrie,
+    k: int,
+    beam_width: int,
+    batch_size: int,
+) -> list[list[tuple[str, float]]]:
+    """Top-k leaf numbers with constrained log-probabilities for each prompt (beam search through the trie)."""
+    from transformers import GenerationConfig
+
+    by_tokens = {tokens[:-1]: key for key, tokens in trie.sequences.items()}  # labels without the end token
+    beams = max(beam_width, k)
+    beam_options = (
+        # Sums of log-probabilities (length_penalty 0); beams that ended early must not fill the k answers before
+        # longer labels have ended.
+        {"num_beams": beams, "num_return_sequences": k, "length_penalty": 0.0, "early_stopping": "never"}
+        if beams > 1
+        else {}
+    )
+    config = GenerationConfig(
+        do_sample=False,
+        max_new_tokens=max(len(tokens) for tokens in trie.sequences.values()),
+        pad_token_id=encoder.tokenizer.pad_token_id,
+        eos_token_id=encoder.end_token,
+        output_scores=True,
+        return_dict_in_generate=True,
+        **beam_options,
+    )
+    results: list[list[tuple[str, float]]] = []
+    for batch, output, prompt_length in _generate(model, encoder, prompts, batch_size, config, trie):
+        generated = output.sequences[:, prompt_length:].tolist()
+        scores = output.sequences_scores.tolist() if beams > 1 else [0.0] * len(generated)
+        for row in range(len(batch)):
+            ranked: list[tuple[str, float]] = []
+            for index in range(row * k, row * k + k):
+                key = by_tokens.get(_until_end(generated[index], encoder.end_token))
+                if key is not None and key not in (found for found, _ in ranked):
+                    ranked.append((key, float(scores[index])))
+            results.append(ranked)
+    return results
+
+
+def generate_texts(
+    model: CausalLM, encoder: PromptEncoder, prompts: Sequence[list[int]], batch_size: int, max_new_tokens: int
+) -> list[str]:
+    """Greedy free generation (nothing constrains the answer)."""
+    from transformers import GenerationConfig
+
+    config = GenerationConfig(
+        do_sample=False,
+        max_new_tokens=max_new_tokens,
+        pad_token_id=encoder.tokenizer.pad_token_id,
+        eos_token_id=encoder.end_token,
+        return_dict_in_generate=True,
+    )
+    texts: list[str] = []
+    for _, output, prompt_length in _generate(model, encoder, prompts, batch_size, config, None):
+        for row in output.sequences[:, prompt_length:].tolist():
+            text = encoder.tokenizer.decode(list(_until_end(row, encoder.end_token)), skip_special_tokens=True)
+            assert isinstance(text, str)  # one sequence decodes to one string
+            texts.append(text)
+    return texts
+
+
+def _generate(
+    model: CausalLM,
+    encoder: PromptEncoder,
+    prompts: Sequence[list[int]],
+    batch_size: int,
+    config: Any,
+    trie: LabelTrie | None,
+) -> Iterator[tuple[Sequence[list[int]], Any, int]]:
+    """(batch, generate() output, prompt length) per batch of left-padded prompts, trie-constrained when given.
+
+    One prompt at a time (the CPU path), the prompts' shared beginning (instructions and ToC) is run once and its
+    KV cache copied for each prompt, as the llama.cpp path keeps the ToC in its cache: only each question's tokens
+    are read again. generate() does not spread a given cache over its beams, so the copy is repeated per beam.
+    """
+    import torch
+    from transformers import LogitsProcessorList
+
+    device = model.device.type
+    shared = shared_prefix_length(prompts) if batch_size == 1 and len(prompts) > 1 else 0
+    prefix_cache = None
+    if shared >= MIN_SHARED_PREFIX:
+        with torch.no_grad(), autocast(device):
+            prefix = torch.tensor([prompts[0][:shared]], device=device)
+            prefix_cache = model(input_ids=prefix, use_cache=True, logits_to_keep=1).past_key_values
+    for start in range(0, len(prompts), batch_size):
+        batch = prompts[start : start + batch_size]
+        ids, mask, _ = _left_padded(batch, encoder.tokenizer.pad_token_id, device)
+        extra: dict[str, Any] = {}
+        if trie is not None:
+            extra["logits_processor"] = LogitsProcessorList([_trie_processor(trie, ids.shape[1])])
+        if prefix_cache is not None:
+            cache = copy.deepcopy(prefix_cache)
+            cache.batch_repeat_interleave(config.num_beams or 1)
+            extra["past_key_values"] = cache
+        with torch.no_grad(), autocast(device):
+            output = model.generate(input_ids=ids, attention_mask=mask, generation_config=config, **extra)
+        yield batch, output, ids.shape[1]
+
+
+def _until_end(tokens: Sequence[int], end_token: int) -> tuple[int, ...]:
+    cut = list(tokens).index(end_token) if end_token in tokens else len(tokens)
+    return tuple(tokens[:cut])
+
+
+@contextmanager
+def autocast(device: str) -> Iterator[None]:
+    import torch
+
+    if device == "cuda":
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            yield
+    else:
+        yield
+
+
+def shared_prefix_length(sequences: Sequence[Sequence[int]]) -> int:
+    """Tokens all sequences begin with, keeping at least one token of each outside the prefix."""
+    shortest = min(len(sequence) for sequence in sequences) - 1
+    length = 0
+    while length < shortest and all(sequence[length] == sequences[0][length] for sequence in sequences):
+        length += 1
+    return length
+
+
+def rank_questions(
+    method: str,
+    model: Any,
+    encoder: PromptEncoder,
+    toc: DocumentToc,
+    questions: Sequence[str],
+    settings: TocSettings,
+    prompt: Mode,
+    free: bool,
+    batch: int = 1,
+    only_free: bool = False,
+) -> list[LeafRanking]:
+    """Rank questions about one document on `prompt`'s input: trie-constrained beam search, plus free generation
+    when `free` (to measure hallucination); with `only_free` the free answer is the ranking (the unconstrained
+    baseline)."""
+    prompts = [encoder.prompt_ids(encoder.prompt(prompt, toc, question)) for question in questions]
+    trie = encoder.trie(toc)
+    started = time.perf_counter()
+    ranked: Sequence[list[tuple[str, float]]] = (
+        [[] for _ in questions]
+        if only_free
+        else rank_prompts(model, encoder, prompts, trie, settings.top_k, settings.beam_width, batch)
+    )
+    # Room for the longest label and some more: enough to tell a leaf from a made-up or run-on answer.
+    room = max(len(tokens) for tokens in trie.sequences.values()) + FREE_EXTRA_TOKENS
+    texts = generate_texts(model, encoder, prompts, batch, room) if free else None
+    each = (time.perf_counter() - started) / max(len(questions), 1)
+    rankings: list[LeafRanking] = []
+    for index, question in enumerate(questions):
+        leaves = [toc.entry(number).scored(score) for number, score in ranked[index]]
+        raw = texts[index] if texts is not None else None
+        named = match_generation(toc, raw) if raw is not None else None
+        if only_free and named is not None:
+            leaves = [named.scored(0.0)]
+        rankings.append(
+            LeafRanking(
+                query=question,
+                method=method,
+                leaves=leaves,
+                raw_output=raw,
+                hallucinated=raw is not None and named is None,
+                seconds=each,
+            )
+        )
+    return rankings

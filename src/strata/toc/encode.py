@@ -1,0 +1,82 @@
+"""Chat-formatted token ids of the ToC prompts and their answers, for the transformers path (STAIR: instructions +
+ToC + query -> leaf; DSI: query -> leaf), and the trie of a document's leaf labels in those tokens."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Literal
+
+from pydantic import BaseModel, Field
+
+from strata.config import TocSettings
+from strata.llm import Prompt
+from strata.toc.model import DocumentToc, TocEntry, toc_prompts
+from strata.toc.tree import render_toc
+from strata.toc.trie import LabelTrie
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+Mode = Literal["stair", "dsi"]
+PROMPTS: dict[Mode, str] = {"stair": "toc_select", "dsi": "toc_dsi"}
+
+
+class Example(BaseModel):
+    """One prompt with its gold leaf, tokenised."""
+
+    paper_id: str
+    leaf: str
+    prompt_ids: list[int]
+    answer_ids: list[int] = Field(description="Label tokens followed by the end token")
+
+
+class PromptEncoder:
+    """Chat-formatted token ids of ToC prompts and answers for one tokenizer."""
+
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, settings: TocSettings) -> None:
+        self.tokenizer = tokenizer
+        self.settings = settings
+        self.registry = toc_prompts()
+        self.end_token = int(tokenizer.eos_token_id)
+        self._toc_text: dict[str, str] = {}
+
+    def prompt(self, mode: Mode, toc: DocumentToc, query: str) -> Prompt:
+        book = toc.title or toc.paper_id
+        if mode == "dsi":
+            return self.registry.render(PROMPTS[mode], book=book, query=query)
+        return self.registry.render(PROMPTS[mode], book=book, toc=self.toc_text(toc), query=query)
+
+    def toc_text(self, toc: DocumentToc) -> str:
+        if toc.paper_id not in self._toc_text:
+            text = render_toc(toc)
+            budget = self.settings.context_tokens - self.settings.answer_reserve_tokens
+            size = len(self.tokenizer(text, add_special_tokens=False).input_ids)
+            if size > budget:
+                raise ValueError(
+                    f"{toc.paper_id}: the ToC has {size} tokens, more than the {budget} that toc.context_tokens "
+                    "leaves for it; STAIR fine-tuning needs the whole ToC in one prompt"
+                )
+            self._toc_text[toc.paper_id] = text
+        return self._toc_text[toc.paper_id]
+
+    def prompt_ids(self, prompt: Prompt) -> list[int]:
+        messages = [{"role": "system", "content": prompt.system}, {"role": "user", "content": prompt.user}]
+        text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        return list(self.tokenizer(text, add_special_tokens=False).input_ids)
+
+    def text_ids(self, text: str) -> list[int]:
+        return list(self.tokenizer(text, add_special_tokens=False).input_ids)
+
+    def answer_ids(self, entry: TocEntry) -> list[int]:
+        return [*self.text_ids(entry.label), self.end_token]
+
+    def example(self, mode: Mode, toc: DocumentToc, leaf: TocEntry, query: str) -> Example:
+        return Example(
+            paper_id=toc.paper_id,
+            leaf=leaf.number,
+            prompt_ids=self.prompt_ids(self.prompt(mode, toc, query)),
+            answer_ids=self.answer_ids(leaf),
+        )
+
+    def trie(self, toc: DocumentToc) -> LabelTrie:
+        leaves = toc.leaves()
+        return LabelTrie({leaf.number: self.answer_ids(leaf)[:-1] for leaf in leaves}, self.end_token)

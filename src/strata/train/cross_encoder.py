@@ -1,0 +1,275 @@
+"""Training the cross-encoder reranker from the packaged MiniLM on queries over the user's own corpus (titles,
+inverse cloze, LLM-written queries: `strata.train.pairs`), with a held-out validation split that stops training,
+keeps the best epoch and chooses the fusion weight with the first stage (`strata.rerank.fusion`)."""
+
+from __future__ import annotations
+
+import random
+import shutil
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+from pydantic import BaseModel, Field
+
+from strata.config import Settings
+from strata.corpus import Corpus
+from strata.documents.model import Ranking
+from strata.encoders.cross_encoder import BASE_MODEL
+from strata.encoders.embedder import resolve_model_path
+from strata.eval.retrieval import evaluate_run
+from strata.llm import LLMClient
+from strata.relate.signals import PaperVectors
+from strata.rerank.crossencoder import FUSION_FILE, CrossEncoderReranker, trained_model_dir
+from strata.rerank.fusion import FusionChoice, choose_weight
+from strata.rerank.texts import PaperTexts
+from strata.train.pairs import (
+    TrainingPair,
+    TrainingQuery,
+    corpus_queries,
+    count_by_source,
+    llm_queries,
+    mined_pairs,
+    split_by_paper,
+)
+
+if TYPE_CHECKING:
+    from sentence_transformers import CrossEncoder
+
+Log = Callable[[str], None]
+MIN_PAPERS = 50  # fewer papers give too few queries and negatives to learn from; the first stage is kept instead
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+class EpochReport(BaseModel):
+    epoch: int
+    steps: int = Field(description="Optimisation steps so far")
+    loss: float = Field(description="Mean training loss of the epoch")
+    validation: float = Field(description="Validation nDCG@10 of the cross-encoder alone, reranking the first stage")
+
+
+class TrainingReport(BaseModel):
+    model_dir: str
+    queries: dict[str, int] = Field(description="Training queries per source (title, inverse-cloze, llm)")
+    failed_llm_queries: int = Field(description="Passages whose LLM query generation gave no usable answer")
+    pairs: dict[str, int] = Field(description="Training pairs (positives and mined negatives) per source")
+    dropped_false_negatives: int = Field(description="Mined negatives the dense encoder scored above the positive")
+    validation_queries: dict[str, int] = Field(description="Held-out queries per source (their papers unseen)")
+    first_stage_validation: float = Field(description="Validation nDCG@10 of the first stage alone")
+    epochs: list[EpochReport]
+    best_epoch: int = Field(description="The epoch whose model was kept (best validation nDCG@10)")
+    fusion: FusionChoice = Field(description="The fusion weight chosen on validation, with its curve")
+    generation_seconds: float = Field(description="Building queries and mining negatives")
+    training_seconds: float = Field(description="Training and validation")
+
+    @property
+    def steps(self) -> int:
+        return self.epochs[-1].steps if self.epochs else 0
+
+    def summary(self) -> str:
+        best = self.epochs[self.best_epoch - 1].validation if self.epochs else float("nan")
+        return (
+            f"cross-encoder saved to {self.model_dir}: queries {self.queries}, pairs {sum(self.pairs.values())}, "
+            f"{self.steps} steps; validation nDCG@10 ({sum(self.validation_queries.values())} queries): first stage "
+            f"{self.first_stage_validation:.4f}, cross-encoder {best:.4f} (epoch {self.best_epoch}), fused at weight "
+            f"{self.fusion.weight:g} {self.fusion.curve[f'{self.fusion.weight:g}']:.4f}; generation "
+            f"{self.generation_seconds:.0f}s, training {self.training_seconds:.0f}s"
+        )
+
+
+
+
+def query_groups(pairs: Sequence[TrainingPair]) -> list[list[TrainingPair]]:
+    """Pairs as `mined_pairs` writes them (each query's positive, then its negatives) in one group per query;
+    a query without a negative teaches nothing and is left out."""
+    groups: list[list[TrainingPair]] = []
+    for pair in pairs:
+        if pair.label > 0 or not groups:
+            groups.append([pair])
+        else:
+            groups[-1].append(pair)
+    return [group for group in groups if len(group) > 1 and group[0].label > 0]
+
+
+class Validation:
+    """Held-out queries, each with its source paper as the one relevant paper, and their first-stage rankings."""
+
+    def __init__(self, queries: Sequence[TrainingQuery], corpus: Corpus, depth: int) -> None:
+        self.qrels = {str(number): {query.paper_id: 1} for number, query in enumerate(queries)}
+        self.first = {
+            str(number): corpus.searcher.search(query.query, k=depth) for number, query in enumerate(queries)
+        }
+        self.queries = {str(number): query.query for number, query in enumerate(queries)}
+
+    def ndcg(self, runs: Mapping[str, Sequence[str]]) -> float:
+        scored = {qid: {pid: float(len(ids) - rank) for rank, pid in enumerate(ids)} for qid, ids in runs.items()}
+        return evaluate_run(scored, self.qrels)[0]["nDCG@10"]
+
+    def rerank(self, reranker: CrossEncoderReranker) -> dict[str, Ranking]:
+        return {qid: reranker.rank(self.queries[qid], ranking) for qid, ranking in self.first.items()}
+
+
+def fit_cross_encoder(
+    pairs: Sequence[TrainingPair],
+    settings: Settings,
+    output: Path,
+    validate: Callable[[CrossEncoder], float] | None = None,
+    log: Log = _stderr,
+) -> list[EpochReport]:
+    """Fine-tunes MiniLM with a fresh one-logit head on the pairs, one report per epoch; with `validate`, stops after
+    `train_patience` epochs without a better validation score and leaves the best epoch's model in `output`.
+
+    The model is written to a sibling folder and moved into place, so `output` never holds a half-written model.
+    The loss is localized contrastive estimation (Gao et al., 2021): each query's positive against its own mined
+    negatives, a softmax over that group. Pointwise BCE on a few hundred pairs collapsed here to the label prior
+    (every score ~0.25, training AUC ~0.6); a group softmax cannot be lowered by a constant score.
+    A short hand-written loop rather than CrossEncoderTrainer, which needs `datasets` and `accelerate` (not
+    installed).
+    """
+    import torch
+    from sentence_transformers import CrossEncoder
+
+    rerank = settings.rerank
+    torch.manual_seed(rerank.train_seed)
+    model = CrossEncoder(
+        str(resolve_model_path(BASE_MODEL)), num_labels=1, max_length=rerank.train_max_length, device="cpu"
+    )
+    network, tokenizer = model.model, model.tokenizer
+    optimizer = torch.optim.AdamW(network.parameters(), lr=rerank.train_learning_rate)
+    groups = query_groups(pairs)
+    per_step = max(1, rerank.train_batch_size // max(len(group) for group in groups))
+    rng = random.Random(rerank.train_seed)
+    staged = output.with_name(output.name + ".partial")
+    shutil.rmtree(staged, ignore_errors=True)
+    reports: list[EpochReport] = []
+    best, steps, started = -1.0, 0, time.perf_counter()
+    for epoch in range(1, rerank.train_epochs + 1):
+        rng.shuffle(groups)
+        losses = []
+        network.train()
+        for start in range(0, len(groups), per_step):
+            batch = groups[start : start + per_step]
+            flat = [pair for group in batch for pair in group]
+            features = tokenizer(
+                [pair.query for pair in flat],
+                [pair.passage for pair in flat],
+                padding=True,
+                truncation="longest_first",
+                max_length=rerank.train_max_length,
+                return_tensors="pt",
+            )
+            logits = network(**features).logits.view(-1)
+            # The positive leads each group: its negative log share of the group's softmax.
+            group_losses = [-torch.log_softmax(scores, dim=0)[0] for scores in logits.split([len(g) for g in batch])]
+            loss = torch.stack(group_losses).mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            losses.append(loss.item())
+            steps += 1
+            if steps % 100 == 0:
+                log(f"  epoch {epoch} step {steps}: loss {np.mean(losses[-100:]):.3f} "
+                    f"({time.perf_counter() - started:.0f}s)")
+        network.eval()
+        score = validate(model) if validate is not None else float(-epoch)  # no validation: keep the last epoch
+        reports.append(EpochReport(epoch=epoch, steps=steps, loss=float(np.mean(losses)) if losses else 0.0,
+                                   validation=max(score, 0.0)))
+        log(f"epoch {epoch}: loss {reports[-1].loss:.3f}, validation nDCG@10 {reports[-1].validation:.4f}")
+        if validate is None or score > best:
+            best = score
+            shutil.rmtree(staged, ignore_errors=True)
+            model.save_pretrained(str(staged))
+        elif epoch - best_epoch(reports) >= rerank.train_patience:
+            break
+    shutil.rmtree(output, ignore_errors=True)
+    staged.rename(output)
+    return reports
+
+
+def best_epoch(reports: Sequence[EpochReport]) -> int:
+    """The first epoch with the best validation score (1-based)."""
+    return max(reports, key=lambda report: (report.validation, -report.epoch)).epoch
+
+
+def paper_similarity(corpus: Corpus, folder: Path) -> Callable[[Sequence[str], Sequence[Sequence[str]]], list[np.ndarray]]:
+    """Cosine of each query with papers' mean chunk vectors (Relate's paper vectors), for the false-negative
+    filter."""
+    vectors = PaperVectors(corpus.embedder, folder, "chunk-mean", corpus.vectors)
+    vectors.refresh(corpus.store)
+    row = {paper_id: index for index, paper_id in enumerate(vectors.ids)}
+
+    def similarity(texts: Sequence[str], papers: Sequence[Sequence[str]]) -> list[np.ndarray]:
+        embedded = corpus.embedder.embed(texts)
+        return [
+            np.array([float(vectors.vectors[row[p]] @ query) if p in row else -1.0 for p in ids])
+            for query, ids in zip(embedded, papers)
+        ]
+
+    return similarity
+
+
+def train_cross_encoder(corpus: Corpus, client: LLMClient | None = None, log: Log = _stderr) -> TrainingReport:
+    """Build training queries from the corpus (and `rerank.train_passages` LLM queries when `client` is given), mine
+    negatives, train with validation, choose the fusion weight; saves to `trained_model_dir`, with `fusion.json`
+    beside the model, where `make_reranker` finds both."""
+    settings = corpus.settings
+    rerank = settings.rerank
+    output = trained_model_dir(settings)
+    started = time.perf_counter()
+    paper_ids = corpus.store.paper_ids()
+    if len(paper_ids) < MIN_PAPERS:
+        raise ValueError(
+            f"{len(paper_ids)} papers under {settings.store.home}: a cross-encoder needs at least {MIN_PAPERS} to "
+            "learn from; search keeps the first-stage order"
+        )
+    texts = PaperTexts(corpus.store)
+    queries = corpus_queries(texts, paper_ids, rerank)
+    failed = 0
+    if client is not None and rerank.train_passages:
+        generated, failed = llm_queries(texts, paper_ids, rerank, client)
+        queries += generated
+    train, held = split_by_paper(queries, rerank.train_validation_share, rerank.train_seed)
+    held = held[: rerank.train_validation_queries]
+    log(f"{len(train)} training and {len(held)} validation queries {count_by_source(queries)}")
+    similarity = paper_similarity(corpus, output.parent / "paper-vectors") if settings.index.dense else None
+    pairs, dropped = mined_pairs(train, corpus.searcher, texts, rerank, similarity)
+    validation = Validation(held, corpus, rerank.cross_encoder_depth)
+    first_stage = validation.ndcg({qid: ranking.paper_ids for qid, ranking in validation.first.items()})
+    generated_at = time.perf_counter()
+    log(f"{len(pairs)} pairs ({dropped} likely false negatives dropped); first stage validation nDCG@10 "
+        f"{first_stage:.4f}")
+
+    def reranker_of(model: CrossEncoder) -> CrossEncoderReranker:
+        return CrossEncoderReranker(model, texts, rerank.cross_encoder_depth, rerank.passage_words,
+                                    rerank.cross_encoder_batch)
+
+    def validate(model: CrossEncoder) -> float:
+        return validation.ndcg({qid: r.paper_ids for qid, r in validation.rerank(reranker_of(model)).items()})
+
+    epochs = fit_cross_encoder(pairs, settings, output, validate if held else None, log)
+    from strata.encoders.cross_encoder import load_cross_encoder
+
+    reranked = validation.rerank(reranker_of(load_cross_encoder(str(output))))
+    fusion = choose_weight(validation.first, reranked, validation.ndcg, "nDCG@10", k=settings.search.rrf_k)
+    (output / FUSION_FILE).write_text(fusion.model_dump_json(indent=2), encoding="utf-8")
+    (output / "training_pairs.jsonl").write_text("".join(pair.model_dump_json() + "\n" for pair in pairs))
+    return TrainingReport(
+        model_dir=str(output),
+        queries=count_by_source(train),
+        failed_llm_queries=failed,
+        pairs=count_by_source(pairs),
+        dropped_false_negatives=dropped,
+        validation_queries=count_by_source(held),
+        first_stage_validation=first_stage,
+        epochs=epochs,
+        best_epoch=best_epoch(epochs),
+        fusion=fusion,
+        generation_seconds=generated_at - started,
+        training_seconds=time.perf_counter() - generated_at,
+    )

@@ -1,0 +1,183 @@
+"""Cross-encoder training queries from the user's own corpus, most of them without an LLM call.
+
+Sources (each query knows the paper it came from, its positive):
+- title: a paper's title finds its body (the title left out of the passage, so matching it is no shortcut);
+- inverse-cloze: a sentence of the body finds the rest of its passage (Lee et al., 2019), the sentence taken out;
+- llm: a query the LLM wrote for the passage (InPars/GPL style), cached by the LLM response cache, so a rerun
+  continues where an interrupted one stopped.
+Hard negatives are other papers from the query's BM25 hits, with a false-negative filter: a negative the dense
+encoder scores above the positive is dropped (it may answer the query as well as the positive does).
+"""
+
+from __future__ import annotations
+
+import functools
+import random
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel, Field
+
+from strata.config import RerankSettings
+from strata.documents.builder import SENTENCE_END
+from strata.llm import LLMClient, LLMError, PromptRegistry
+from strata.rerank.texts import PaperTexts
+from strata.retrieve.protocol import Searcher
+
+Source = Literal["title", "inverse-cloze", "llm"]
+SOURCES: tuple[Source, ...] = ("title", "inverse-cloze", "llm")
+MIN_QUERY_WORDS = 4  # a shorter title or sentence ("Introduction", "Results.") asks nothing
+MIN_BODY_WORDS = 30  # a body this short leaves no passage once a sentence is taken out
+
+
+class SyntheticQuery(BaseModel):
+    query: str = Field(max_length=160, description="A short search query the passage answers")
+
+
+@functools.cache
+def training_prompts() -> PromptRegistry:
+    """The prompts that write training data (`strata/train/prompts/`), loaded and validated once."""
+    return PromptRegistry.from_directory(Path(__file__).with_name("prompts"), [SyntheticQuery])
+
+
+class TrainingQuery(BaseModel):
+    """A query, the paper it came from, and the passage of that paper it is trained to find."""
+
+    query: str
+    paper_id: str
+    positive: str = Field(description="The positive passage, as the source writes it")
+    source: Source
+
+
+class TrainingPair(BaseModel):
+    query: str
+    passage: str
+    label: float = Field(description="1 for the passage the query came from, 0 for a mined negative")
+    source: Source = "llm"
+
+
+def passage_of(texts: PaperTexts, source: Source, paper_id: str, words: int) -> str:
+    """How a source shows a paper: 'title' queries see bodies only (positives and negatives alike, so the model
+    cannot tell them apart by a missing title); the others see the reranker's own title + body passage."""
+    return " ".join(texts.body(paper_id)[:words]) if source == "title" else texts.passage(paper_id, words)
+
+
+def title_query(texts: PaperTexts, paper_id: str, words: int) -> TrainingQuery | None:
+    title = texts.title(paper_id)
+    if len(title.split()) < MIN_QUERY_WORDS or len(texts.body(paper_id)) < MIN_QUERY_WORDS:
+        return None
+    return TrainingQuery(query=title, paper_id=paper_id, positive=passage_of(texts, "title", paper_id, words),
+                         source="title")
+
+
+def inverse_cloze_query(texts: PaperTexts, paper_id: str, words: int, rng: random.Random) -> TrainingQuery | None:
+    body = " ".join(texts.body(paper_id)[: 2 * words])
+    sentences = SENTENCE_END.split(body)
+    usable = [index for index, sentence in enumerate(sentences) if len(sentence.split()) >= MIN_QUERY_WORDS]
+    if len(body.split()) < MIN_BODY_WORDS or len(sentences) < 2 or not usable:
+        return None
+    chosen = rng.choice(usable)
+    rest = " ".join(sentence for index, sentence in enumerate(sentences) if index != chosen).split()[:words]
+    title = texts.title(paper_id)
+    positive = f"{title}. {' '.join(rest)}" if title else " ".join(rest)
+    return TrainingQuery(query=sentences[chosen], paper_id=paper_id, positive=positive, source="inverse-cloze")
+
+
+def corpus_queries(texts: PaperTexts, paper_ids: Sequence[str], settings: RerankSettings) -> list[TrainingQuery]:
+    """Up to `train_queries_per_source` title and inverse-cloze queries from papers sampled with the seed."""
+    rng = random.Random(settings.train_seed)
+    sampled = rng.sample(list(paper_ids), min(settings.train_queries_per_source, len(paper_ids)))
+    queries: list[TrainingQuery] = []
+    for paper_id in sorted(sampled):
+        for made in (title_query(texts, paper_id, settings.passage_words),
+                     inverse_cloze_query(texts, paper_id, settings.passage_words, rng)):
+            if made is not None:
+                queries.append(made)
+    return queries
+
+
+def llm_queries(
+    texts: PaperTexts, paper_ids: Sequence[str], settings: RerankSettings, client: LLMClient
+) -> tuple[list[TrainingQuery], int]:
+    """(queries, failed generations): one LLM query for each of `train_passages` sampled papers' passage."""
+    rng = random.Random(settings.train_seed + 1)  # another sample than the corpus queries'
+    sampled = sorted(rng.sample(list(paper_ids), min(settings.train_passages, len(paper_ids))))
+    prompts = training_prompts()
+    queries: list[TrainingQuery] = []
+    failed = 0
+    for paper_id in sampled:
+        positive = texts.passage(paper_id, settings.passage_words)
+        try:
+            answer = client.complete(prompts.render("rerank_query_gen", passage=positive), SyntheticQuery,
+                                     max_tokens=48)
+        except LLMError:
+            failed += 1
+            continue
+        if answer.query.strip():
+            queries.append(TrainingQuery(query=answer.query.strip(), paper_id=paper_id, positive=positive,
+                                         source="llm"))
+        else:
+            failed += 1
+    return queries, failed
+
+
+# Dense similarity of each query to papers: (queries, paper ids) -> one row of cosines per query.
+Similarity = Callable[[Sequence[str], Sequence[Sequence[str]]], list[np.ndarray]]
+
+
+def mined_pairs(
+    queries: Sequence[TrainingQuery],
+    searcher: Searcher,
+    texts: PaperTexts,
+    settings: RerankSettings,
+    similarity: Similarity | None,
+) -> tuple[list[TrainingPair], int]:
+    """(pairs, negatives dropped as likely false): each query's positive, then `train_negatives` papers drawn from
+    its BM25 hits (its own paper excluded; with `similarity`, papers the dense encoder scores above the positive
+    excluded too)."""
+    rng = random.Random(settings.train_seed + 2)
+    pools = []
+    for query in queries:
+        hits = searcher.search(query.query, k=settings.train_negative_depth, method="bm25", prf=False)
+        pools.append([paper_id for paper_id in hits.paper_ids if paper_id != query.paper_id])
+    dropped = 0
+    if similarity is not None:
+        rows = similarity([query.query for query in queries], [[q.paper_id, *pool] for q, pool in zip(queries, pools)])
+        kept_pools = []
+        for pool, row in zip(pools, rows):
+            kept = [paper_id for paper_id, score in zip(pool, row[1:]) if score <= row[0]]
+            dropped += len(pool) - len(kept)
+            kept_pools.append(kept)
+        pools = kept_pools
+    pairs: list[TrainingPair] = []
+    for query, pool in zip(queries, pools):
+        negatives = rng.sample(pool, min(settings.train_negatives, len(pool)))
+        if not negatives:
+            continue  # nothing to contrast the positive with
+        pairs.append(TrainingPair(query=query.query, passage=query.positive, label=1.0, source=query.source))
+        pairs += [
+            TrainingPair(query=query.query, passage=passage_of(texts, query.source, other, settings.passage_words),
+                         label=0.0, source=query.source)
+            for other in negatives
+        ]
+    return pairs, dropped
+
+
+def split_by_paper(
+    queries: Sequence[TrainingQuery], share: float, seed: int
+) -> tuple[list[TrainingQuery], list[TrainingQuery]]:
+    """(training, validation): a `share` of the papers, with every query that came from them, held out, so no
+    validation query's paper was seen in training by another source's query."""
+    papers = sorted({query.paper_id for query in queries})
+    held = set(random.Random(seed + 3).sample(papers, round(len(papers) * share))) if len(papers) > 1 else set()
+    return ([query for query in queries if query.paper_id not in held],
+            [query for query in queries if query.paper_id in held])
+
+
+def count_by_source(items: Sequence[TrainingQuery] | Sequence[TrainingPair]) -> dict[str, int]:
+    counts = {source: 0 for source in SOURCES}
+    for item in items:
+        counts[item.source] += 1
+    return {source: count for source, count in counts.items() if count}

@@ -1,0 +1,83 @@
+"""The committed results render to the committed README summary and benchmarks/RESULTS.md, every result file is a
+valid ResultFile, and a file edited out of shape stops the report with its name."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from strata.eval.results import Experiment, QueryRow, ResultFileError, load_result, load_results, new_result
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "benchmarks" / "results"
+
+
+def load_report():
+    spec = importlib.util.spec_from_file_location("report", REPO / "benchmarks" / "report.py")
+    report = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(report)
+    return report
+
+
+def test_the_readme_summary_and_results_page_are_what_the_result_files_render_to() -> None:
+    report = load_report()
+    results = load_results(RESULTS)
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    fresh = report.replace_section(readme, report.render_summary(results), REPO / "README.md")
+    assert readme == fresh, "README.md's results section is stale: run python benchmarks/report.py"
+    page = (REPO / "benchmarks" / "RESULTS.md").read_text(encoding="utf-8")
+    assert page == report.render_page(results, RESULTS), "benchmarks/RESULTS.md is stale: run benchmarks/report.py"
+
+
+def test_every_result_file_validates_and_names_per_query_files_that_exist() -> None:
+    files = [path for path in RESULTS.rglob("*.json") if "tmp" not in path.relative_to(RESULTS).parts]
+    results = load_results(RESULTS)
+    assert len(results) == len(files) > 0
+    for name, result in results.items():
+        for experiment in result.experiments:
+            if isinstance(experiment.per_query, str):
+                rows = load_result(REPO / experiment.per_query).experiments[0].per_query
+                assert isinstance(rows, list) and len(rows) == experiment.queries, f"{name}: {experiment.name}"
+
+
+def test_a_file_edited_out_of_shape_is_an_error_naming_it(tmp_path: Path) -> None:
+    good = json.loads(new_result("benchmarks/x.py", [Experiment(name="a", method="bm25")]).model_dump_json())
+    cases = {
+        "typed-by-hand.json": {**good, "note": "a remark typed into the file"},
+        "missing.json": {key: value for key, value in good.items() if key != "experiments"} | {"benchmark": None},
+        "bad-metric.json": {**good, "experiments": [{"name": "a", "method": "bm25", "metrics": {"nDCG@10": "high"}}]},
+        "unknown-dataset.json": {**good, "experiments": [{"name": "a", "method": "bm25", "dataset": "nowhere"}]},
+    }
+    for name, data in cases.items():
+        (tmp_path / name).write_text(json.dumps(data))
+        with pytest.raises(ResultFileError, match=rf"{name}: not a valid result file"):
+            load_result(tmp_path / name)
+    folder = tmp_path / "results"  # what the report loads: one bad file among good ones stops it
+    (folder / "toc").mkdir(parents=True)
+    (folder / "good.json").write_text(json.dumps(good))
+    (folder / "toc" / "typed-by-hand.json").write_text(json.dumps(cases["typed-by-hand.json"]))
+    with pytest.raises(ResultFileError, match=r"toc/typed-by-hand.json: .*\n.*\nnote\n  Extra inputs"):
+        load_results(folder)
+
+
+def test_experiment_names_are_unique_and_per_query_rows_keep_only_their_fields() -> None:
+    with pytest.raises(ValueError, match="repeated: a"):
+        new_result("benchmarks/x.py", [Experiment(name="a", method="m"), Experiment(name="a", method="m")])
+    row = QueryRow(query_id="q1", metrics={"R@1": 1.0}, seconds=0.5)
+    assert json.loads(row.model_dump_json()) == {"query_id": "q1", "metrics": {"R@1": 1.0}, "seconds": 0.5}
+
+
+def test_a_writer_records_its_command_and_machine_and_keeps_earlier_experiments(tmp_path: Path) -> None:
+    from strata.eval.results import command_line, merged, update_result
+
+    path = tmp_path / "r.json"
+    with command_line(["strata", "eval", "x", "--method", "bm25"]):
+        first = update_result(path, lambda old: merged(old, new_result("b", [Experiment(name="a", method="m")])))
+    assert first.command == first.experiments[0].command == "strata eval x --method bm25"
+    assert first.created and first.machine.cpus and first.machine.python
+    again = update_result(path, lambda old: merged(old, new_result("b", [Experiment(name="b", method="m")])))
+    assert [e.name for e in again.experiments] == ["a", "b"]
+    assert again.experiments[0].command == "strata eval x --method bm25" != again.experiments[1].command

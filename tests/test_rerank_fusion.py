@@ -1,0 +1,73 @@
+"""Fusion with the first stage: weight 0 is the first stage, 1 the reranker, a validation split picks between."""
+
+from __future__ import annotations
+
+import pytest
+
+from strata.config import Settings
+from strata.documents.model import Candidate, Ranking
+from strata.rerank.crossencoder import FUSION_FILE, trained_fusion_weight
+from strata.rerank.fusion import FusedReranker, FusionChoice, choose_weight, fuse
+
+
+def ranking(ids: list[str], query: str = "q") -> Ranking:
+    return Ranking(query=query, method="hybrid",
+                   candidates=[Candidate(paper_id=pid, score=1.0 / r, rank=r) for r, pid in enumerate(ids, 1)])
+
+
+class Reverse:
+    name = "reverse"
+
+    def rank(self, query: str, candidates: Ranking) -> Ranking:
+        return ranking(list(reversed(candidates.paper_ids)), query)
+
+
+def test_the_ends_of_the_weight_are_the_first_stage_and_the_reranker():
+    first, reranked = ranking(["a", "b", "c", "d"]), ranking(["d", "c", "b", "a"])
+    assert fuse(first, reranked, 0.0) == ["a", "b", "c", "d"]
+    assert fuse(first, reranked, 1.0) == ["d", "c", "b", "a"]
+    # Halfway every paper's two contributions sum to nearly the same: ties keep the first-stage order.
+    assert fuse(first, ranking(["b", "a", "c", "d"]), 0.5) == ["a", "b", "c", "d"]
+
+
+def test_a_paper_the_reranker_left_out_counts_at_its_last_rank():
+    assert fuse(ranking(["a", "b", "c"]), ranking(["c", "b"]), 1.0) == ["c", "b", "a"]
+
+
+def test_the_fused_reranker_keeps_every_candidate_and_names_itself():
+    fused = FusedReranker(Reverse(), 0.9).rank("q", ranking(["a", "b", "c"]))
+    assert fused.paper_ids == ["c", "b", "a"] and fused.method == "hybrid>reverse+fusion(0.9)"
+    assert [c.rank for c in fused.candidates] == [1, 2, 3]
+    assert FusedReranker(Reverse(), 0.0).rank("q", ranking(["a", "b"])).paper_ids == ["a", "b"]
+    with pytest.raises(ValueError, match="within"):
+        FusedReranker(Reverse(), 1.5)
+
+
+def test_validation_gives_weight_zero_to_a_reranker_that_hurts_and_one_to_one_that_helps():
+    gold = {"q1": "a", "q2": "b"}
+    first = {"q1": ranking(["a", "b", "c"]), "q2": ranking(["b", "a", "c"])}
+
+    def mrr(runs) -> float:
+        return sum(1 / (runs[qid].index(gold[qid]) + 1) for qid in runs) / len(runs)
+
+    hurting = {qid: Reverse().rank(qid, r) for qid, r in first.items()}
+    choice = choose_weight(first, hurting, mrr, "MRR")
+    assert choice.weight == 0.0 and choice.gain == 0.0 and set(choice.curve) == {f"{w / 10:g}" for w in range(11)}
+    helping_first = {"q1": ranking(["c", "b", "a"]), "q2": ranking(["c", "a", "b"])}
+    helping = {qid: Reverse().rank(qid, r) for qid, r in helping_first.items()}
+    choice = choose_weight(helping_first, helping, mrr, "MRR")
+    assert choice.weight > 0.5 and choice.gain > 0
+
+
+def test_a_trained_cross_encoder_brings_its_weight_and_a_configured_one_is_unfused(tmp_path):
+    model = tmp_path / "ce"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    settings = Settings.load(overrides={"rerank.cross_encoder_dir": str(model)})
+    assert trained_fusion_weight(settings) == 1.0  # trained before fusion existed
+    choice = FusionChoice(weight=0.3, metric="nDCG@10", queries=50, curve={"0": 0.5, "0.3": 0.6})
+    (model / FUSION_FILE).write_text(choice.model_dump_json())
+    assert trained_fusion_weight(settings) == 0.3
+    configured = Settings.load(overrides={"rerank.cross_encoder_dir": str(model),
+                                          "rerank.cross_encoder_model": str(model)})
+    assert trained_fusion_weight(configured) == 1.0

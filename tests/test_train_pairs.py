@@ -1,0 +1,84 @@
+"""Training queries from the corpus itself (titles, inverse cloze), split by paper, and one whole training run of the
+cross-encoder on a small corpus: validated, its fusion weight chosen and picked up by the reranker factory."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from corpus_support import bm25_corpus
+from strata.config import Settings
+from strata.rerank import make_reranker
+from strata.rerank.crossencoder import FUSION_FILE, CrossEncoderReranker, trained_model_dir
+from strata.rerank.fusion import FusedReranker, FusionChoice
+from strata.rerank.texts import PaperTexts
+from strata.train.cross_encoder import train_cross_encoder
+from strata.train.pairs import TrainingQuery, corpus_queries, inverse_cloze_query, split_by_paper, title_query
+
+TOPICS = ["zinc", "tides", "glaciers", "neurons", "vaccines", "lasers", "bees", "coral", "soil", "comets"]
+
+
+def papers(count: int) -> dict[str, tuple[str, str]]:
+    """Papers on ten topics, each body several sentences long about its topic."""
+    made = {}
+    for number in range(count):
+        topic = TOPICS[number % len(TOPICS)]
+        sentences = [f"We measured {topic} samples in study {number} across {3 + s} sites in the field." for s in
+                     range(4)]
+        made[f"p{number:03d}"] = (f"The effect of {topic} on outcome {number} in a cohort", " ".join(sentences))
+    return made
+
+
+def test_title_and_inverse_cloze_queries_leave_what_they_ask_out_of_the_positive(tmp_path):
+    with bm25_corpus(tmp_path, papers(3)) as (_, corpus):
+        texts = PaperTexts(corpus.store)
+        title = title_query(texts, "p001", 120)
+        assert title is not None and title.query == "The effect of tides on outcome 1 in a cohort"
+        assert title.query not in title.positive and title.positive.startswith("We measured tides")
+        cloze = inverse_cloze_query(texts, "p001", 120, random.Random(0))
+        assert cloze is not None and cloze.source == "inverse-cloze"
+        assert cloze.query in texts.passage("p001", 120) and cloze.query not in cloze.positive
+        assert cloze.positive.startswith("The effect of tides")  # the reranker's title + body view
+        settings = Settings.load(overrides={"rerank.train_queries_per_source": 2}).rerank
+        made = corpus_queries(texts, corpus.store.paper_ids(), settings)
+        assert len(made) == 4 and {q.source for q in made} == {"title", "inverse-cloze"}
+
+
+def test_the_validation_split_holds_out_whole_papers():
+    queries = [TrainingQuery(query=f"q{n}{s}", paper_id=f"p{n}", positive="x", source=s)
+               for n in range(20) for s in ("title", "inverse-cloze")]
+    train, held = split_by_paper(queries, 0.25, seed=0)
+    assert len(held) == 10 and len(train) == 30
+    assert not {q.paper_id for q in train} & {q.paper_id for q in held}
+
+
+def test_a_corpus_too_small_to_train_on_gets_a_clear_message(tmp_path):
+    with bm25_corpus(tmp_path, papers(5)) as (_, corpus), pytest.raises(ValueError, match="at least 50"):
+        train_cross_encoder(corpus, None)
+
+
+@pytest.mark.slow
+def test_a_training_run_validates_and_the_factory_fuses_at_the_chosen_weight(tmp_path):
+    overrides = {"rerank.train_queries_per_source": 60, "rerank.train_validation_share": 0.2,
+                 "rerank.train_epochs": 2, "rerank.cross_encoder_depth": 10, "rerank.train_max_length": 64}
+    with bm25_corpus(tmp_path, papers(60)) as (base, _):
+        pass
+    settings = Settings.load(overrides={"store.home": str(base.store.home), "index.dense": False, **overrides})
+    from strata.corpus import Corpus
+
+    with Corpus.open(settings) as corpus:
+        lines: list[str] = []
+        report = train_cross_encoder(corpus, None, log=lines.append)
+        assert report.queries == {"title": 48, "inverse-cloze": 48}
+        assert report.validation_queries == {"title": 12, "inverse-cloze": 12}
+        assert report.pairs["title"] == 4 * 48 and 1 <= len(report.epochs) <= 2
+        assert 0.0 < report.first_stage_validation <= 1.0 and any("validation nDCG@10" in line for line in lines)
+        chosen = FusionChoice.model_validate_json((trained_model_dir(settings) / FUSION_FILE).read_text())
+        assert chosen == report.fusion and set(chosen.curve) >= {"0", "1"}
+        assert chosen.curve[f"{chosen.weight:g}"] >= chosen.curve["0"]  # never below the first stage on validation
+        reranker = make_reranker(settings, corpus.store, method="cross-encoder")
+        expected = CrossEncoderReranker if chosen.weight == 1.0 else FusedReranker
+        assert isinstance(reranker, expected)
+        ranking = reranker.rank("zinc samples", corpus.searcher.search("zinc samples", k=10))
+        assert len(ranking.candidates) == 10

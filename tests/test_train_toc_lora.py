@@ -1,0 +1,134 @@
+"""LoRA fine-tuning pieces on a tiny random Llama (no model file): the shared-prefix loss equals the plain loss,
+training lowers it, constrained beam search only returns real leaves, and a saved adapter loads back identically."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+pytest.importorskip("peft")
+
+from strata.config import TocSettings  # noqa: E402
+from strata.toc.adapter import AdapterMeta, load_adapter, save_adapter  # noqa: E402
+from strata.toc.decode import generate_texts, rank_prompts  # noqa: E402
+from strata.toc.encode import Example  # noqa: E402
+from strata.toc.trie import LabelTrie  # noqa: E402
+from strata.train.toc_lora import _loss, train_adapter  # noqa: E402
+
+END, PAD = 2, 0
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    # Tiny matrices: a second thread only adds synchronisation, which costs seconds on a busy machine.
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
+LABELS = {"1": [10, 11, 12], "2": [10, 13], "3": [14, 15, 16, 17]}
+
+
+def tiny_model():
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        pad_token_id=PAD,
+        eos_token_id=END,
+    )
+    return transformers.LlamaForCausalLM(config).eval()
+
+
+class Encoder:
+    """The parts of PromptEncoder that training and ranking use."""
+
+    end_token = END
+
+    class tokenizer:  # noqa: N801 - mimics the attribute of PromptEncoder
+        pad_token_id = PAD
+
+        @staticmethod
+        def decode(tokens, skip_special_tokens):
+            return " ".join(map(str, tokens))
+
+
+def example(leaf: str, question: list[int]) -> Example:
+    # A shared 'ToC' prefix, then the question, then the label and the end token.
+    return Example(paper_id="p", leaf=leaf, prompt_ids=[1, 20, 21, 22, 23, *question], answer_ids=[*LABELS[leaf], END])
+
+
+TRAIN = [example("1", [30, 31]), example("2", [32]), example("3", [33, 34, 35])]
+
+
+def plain_loss(model, batch) -> float:
+    total, count = 0.0, 0
+    for item in batch:
+        logits = model(input_ids=torch.tensor([item.prompt_ids + item.answer_ids])).logits[0]
+        n = len(item.answer_ids)
+        answer = torch.tensor(item.answer_ids)
+        total += float(torch.nn.functional.cross_entropy(logits[-n - 1 : -1], answer, reduction="sum").detach())
+        count += n
+    return total / count
+
+
+def test_shared_prefix_loss_equals_the_loss_of_whole_sequences():
+    model = tiny_model()
+    with torch.no_grad():
+        assert float(_loss(model, TRAIN, PAD, "cpu")) == pytest.approx(plain_loss(model, TRAIN), rel=1e-5)
+
+
+def test_constrained_beam_search_returns_only_real_leaves_best_first():
+    model = tiny_model()
+    trie = LabelTrie(LABELS, END)
+    ranked = rank_prompts(model, Encoder(), [e.prompt_ids for e in TRAIN], trie, k=3, beam_width=3, batch_size=2)
+    for leaves in ranked:
+        assert sorted(number for number, _ in leaves) == ["1", "2", "3"]
+        scores = [score for _, score in leaves]
+        assert scores == sorted(scores, reverse=True) and all(score <= 0 for score in scores)
+
+
+def test_training_fits_the_examples_and_a_saved_adapter_loads_back_identically(tmp_path: Path):
+    settings = TocSettings(
+        lora_r=4, lora_alpha=8, lora_dropout=0.0, learning_rate=5e-2, batch_size=3, max_steps=30, eval_every_steps=10
+    )
+    trie = LabelTrie(LABELS, END)
+    model = tiny_model()
+    before = plain_loss(model, TRAIN)
+    tuned, report = train_adapter(model, Encoder(), "stair", TRAIN, TRAIN, {"p": trie}, settings, 1, lambda _: None)
+    with torch.no_grad():
+        after = plain_loss(tuned, TRAIN)
+    assert after < before - 0.2 and report.steps == 30 and [c.step for c in report.checks] == [10, 20, 30]
+    # Early stopping keeps the weights of the best dev check.
+    assert report.best_dev_r1 == max(c.dev_r1 for c in report.checks) > 0
+    meta = AdapterMeta(mode="stair", base_model="tiny", paper_ids=["p"], lora_r=4, lora_alpha=8)
+    save_adapter(tuned, tmp_path / "stair", meta)
+    probe = torch.tensor([TRAIN[2].prompt_ids])
+    with torch.no_grad():
+        expected = tuned(input_ids=probe).logits
+        reloaded = load_adapter(tuned.unload(), tmp_path / "stair", "tiny")
+        assert torch.allclose(reloaded(input_ids=probe).logits, expected, atol=1e-6)
+    with pytest.raises(ValueError, match="trained on tiny"):
+        load_adapter(reloaded.unload(), tmp_path / "stair", "other-weights")
+
+
+def test_one_prompt_at_a_time_reuses_the_shared_prefix_cache_with_identical_results():
+    model = tiny_model()
+    trie = LabelTrie(LABELS, END)
+    toc_prefix = [1, *range(20, 60)]  # 41 shared tokens: enough to be cached once and copied
+    prompts = [toc_prefix + [30, 31], toc_prefix + [32], toc_prefix + [33, 34, 35]]
+    alone = rank_prompts(model, Encoder(), prompts, trie, k=3, beam_width=3, batch_size=1)
+    batched = rank_prompts(model, Encoder(), prompts, trie, k=3, beam_width=3, batch_size=3)
+    assert [[key for key, _ in r] for r in alone] == [[key for key, _ in r] for r in batched]
+    for one, many in zip(alone, batched):
+        assert [score for _, score in one] == pytest.approx([score for _, score in many], abs=1e-4)
+    assert generate_texts(model, Encoder(), prompts, 1, 5) == generate_texts(model, Encoder(), prompts, 3, 5)
