@@ -69,6 +69,7 @@ def arguments() -> argparse.Namespace:
     parser.add_argument("--train-queries-per-source", type=int, default=3000,
                         help="papers sampled for the LLM-free title and inverse-cloze training queries")
     parser.add_argument("--train-epochs", type=int, default=3)
+    parser.add_argument("--train-max-length", type=int, default=256, help="word pieces per (query, passage) pair")
     parser.add_argument("--no-train", action="store_true", help="skip the cross-encoder unless already trained")
     parser.add_argument("--methods", nargs="*", default=METHODS, help="rerankers to run, in order")
     parser.add_argument("--listwise-answer", choices=("first-token", "generate"), default="first-token",
@@ -96,6 +97,7 @@ def bench_settings(args: argparse.Namespace) -> Settings:
             "rerank.train_passages": args.train_passages,
             "rerank.train_queries_per_source": args.train_queries_per_source,
             "rerank.train_epochs": args.train_epochs,
+            "rerank.train_max_length": args.train_max_length,
             "rerank.features_path": str(args.work / "features.sqlite3"),
             "rerank.cross_encoder_dir": str(args.work / "cross-encoder"),
         }

@@ -439,6 +439,25 @@ def lit3r_section(name: str, result: ResultFile) -> str:
     return "\n".join(lines)
 
 
+def _paired(experiment: Experiment) -> str:
+    test = experiment.details.get("paired_test")
+    return f"{test['p_value']:.4f} vs {test['against']}" if test else "-"
+
+
+def _cross_encoder_training(training: dict[str, Any]) -> str:
+    """One line: training data per source, the validation curve per epoch and the fusion weight it chose."""
+    epochs = ", ".join(f"epoch {e['epoch']} loss {e['loss']:.3f} nDCG@10 {e['validation']:.4f}" for e in training["epochs"])
+    fusion = training["fusion"]
+    curve = ", ".join(f"{weight}: {score:.4f}" for weight, score in fusion["curve"].items())
+    return (
+        f"Cross-encoder training: queries {training['queries']}, pairs {training['pairs']} "
+        f"({training['dropped_false_negatives']} likely false negatives dropped), validation queries "
+        f"{training['validation_queries']} (first stage nDCG@10 {training['first_stage_validation']:.4f}); {epochs}; "
+        f"fusion weight {fusion['weight']:g} chosen on validation (weight: nDCG@10 {curve}); generation "
+        f"{training['generation_seconds']:.0f} s, training {training['training_seconds']:.0f} s."
+    )
+
+
 def corank_section(name: str, result: ResultFile) -> str:
     rows = [
         [
@@ -450,10 +469,12 @@ def corank_section(name: str, result: ResultFile) -> str:
             _number(e.cost.get("tokens_in_per_query"), ".0f"),
             _number(e.cost.get("tokens_out_per_query"), ".0f"),
             _number(e.cost.get("seconds_per_query"), ".1f"),
+            _paired(e),
         ]
         for e in result.experiments
     ]
-    header = ["method", "queries", "nDCG@10", "R@10", "LLM calls/q", "tokens in/q", "tokens out/q", "s/q"]
+    header = ["method", "queries", "nDCG@10", "R@10", "LLM calls/q", "tokens in/q", "tokens out/q", "s/q",
+              "p (paired, vs)"]
     caps, llm, dataset = result.settings["caps"], result.settings["llm"], result.datasets[0]
     title = (
         "trained cross-encoder against the first stage"
@@ -472,6 +493,9 @@ def corank_section(name: str, result: ResultFile) -> str:
         f"`{caps['listwise_answer']}`, cross-encoder depth {caps['ce_depth']}"
         f"{' (not trained in this run)' if caps['no_train'] else ''}.",
     ]
+    training = result.details.get("cross_encoder_training")
+    if training and "fusion" in training:
+        lines.append(_cross_encoder_training(training))
     for feature_pass in result.details.get("features", {}).get("passes", []):
         lines.append(
             f"Feature extraction, {feature_pass['pass']} pass: {feature_pass['documents']} documents, "
