@@ -228,12 +228,15 @@ def cross_encoder(bench: Bench, corpus: Corpus, hybrid, bm25, capped) -> None:
 
 
 class Rescored:
-    """A reranker answering with rankings already computed (by query id), so fusing them costs no rescoring."""
+    """A reranker answering with rankings already computed, looked up by query text, so fusing them costs no
+    second rescoring."""
 
     name = "cross-encoder"
 
     def __init__(self, rankings: dict[str, Ranking]) -> None:
         self.by_query = {ranking.query: ranking for ranking in rankings.values()}
+        if len(self.by_query) != len(rankings):
+            raise ValueError("two queries share a text: their rankings cannot be told apart")
 
     def rank(self, query: str, candidates: Ranking) -> Ranking:
         return self.by_query[query]

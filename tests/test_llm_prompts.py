@@ -14,7 +14,7 @@ from strata.read.model import read_prompts
 from strata.rerank.model import rerank_prompts
 from strata.retrieve.rounds import retrieve_prompts
 from strata.toc.model import toc_prompts
-from strata.train.cross_encoder import training_prompts
+from strata.train.pairs import training_prompts
 
 MODELS = {"PaperFacts": PaperFacts}
 STAGE_REGISTRIES = [check_prompts, read_prompts, rerank_prompts, retrieve_prompts, toc_prompts, training_prompts]

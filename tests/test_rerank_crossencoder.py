@@ -91,6 +91,9 @@ def test_the_false_negative_filter_drops_negatives_scored_above_the_positive(sto
     settings = Settings.load(overrides={"rerank.train_negatives": 3}).rerank
     pairs, dropped = mined_pairs([query], Searcher(), PaperTexts(store), settings, similarity)
     assert dropped == 1 and {p.passage for p in pairs[1:]} == {"Paper 2. zinc trial 2", "Paper 3. zinc trial 3"}
+    # Held-out validation papers are never training negatives either.
+    pairs, _ = mined_pairs([query], Searcher(), PaperTexts(store), settings, None, exclude={"p002"})
+    assert {p.passage for p in pairs[1:]} == {"Paper 1. zinc trial 1", "Paper 3. zinc trial 3"}
 
 
 def test_training_groups_each_positive_with_the_negatives_mined_for_its_query():

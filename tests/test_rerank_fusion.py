@@ -59,6 +59,25 @@ def test_validation_gives_weight_zero_to_a_reranker_that_hurts_and_one_to_one_th
     assert choice.weight > 0.5 and choice.gain > 0
 
 
+def test_the_factory_fuses_any_reranker_and_weight_zero_builds_none():
+    from strata.config import LLMSettings
+    from strata.llm import LLMClient
+    from strata.rerank import FirstStage, make_reranker
+    from strata.rerank.rerankers import ListwiseReranker
+    from test_rerank_unit import RankingBackend
+
+    def settings(weight):
+        return Settings.load(overrides={} if weight is None else {"rerank.fusion_weight": weight})
+
+    client = LLMClient(RankingBackend(), LLMSettings())
+    # Weight 0 needs no reranker at all: no LLM client asked for, no model loaded.
+    assert isinstance(make_reranker(settings(0.0), store=None, method="listwise"), FirstStage)
+    fused = make_reranker(settings(0.4), store=None, client=client, method="listwise")
+    assert isinstance(fused, FusedReranker) and fused.weight == 0.4 and isinstance(fused.inner, ListwiseReranker)
+    assert isinstance(make_reranker(settings(None), store=None, client=client, method="listwise"), ListwiseReranker)
+    assert isinstance(make_reranker(settings(0.4), store=None, method="first-stage"), FirstStage)
+
+
 def test_a_trained_cross_encoder_brings_its_weight_and_a_configured_one_is_unfused(tmp_path):
     model = tmp_path / "ce"
     model.mkdir()

@@ -33,10 +33,13 @@ def make_reranker(
     'default' needs no LLM: the cross-encoder named by rerank.cross_encoder_model, else first-stage.
     The listwise methods need `client`.
     """
-    reranker = _reranker(settings, store, client, method or settings.rerank.method)
+    method = method or settings.rerank.method
+    weight = settings.rerank.fusion_weight
+    if weight == 0.0:
+        return FirstStage()  # the reranker would not count: neither load it nor spend its LLM calls
+    reranker = _reranker(settings, store, client, method)
     if isinstance(reranker, FirstStage):
         return reranker
-    weight = settings.rerank.fusion_weight
     if weight is None:
         weight = trained_fusion_weight(settings) if isinstance(reranker, CrossEncoderReranker) else 1.0
     return reranker if weight == 1.0 else FusedReranker(reranker, weight, settings.search.rrf_k)
@@ -46,8 +49,8 @@ def _reranker(settings: Settings, store: PaperStore, client: LLMClient | None, m
     rerank = settings.rerank
     texts = PaperTexts(store)
     if method == "default":
-        # A cross-encoder trained here on a few synthetic queries ranked far below the first stage (SciFact nDCG@10
-        # 0.23 vs 0.76, benchmarks/results/corank.json), so only a user-named model replaces the first-stage order.
+        # A cross-encoder trained on the corpus alone still ranks below the first stage (SciFact test nDCG@10 0.606 vs
+        # 0.715; fused 0.716, p 0.79: benchmarks/results/corank-ce.json), so only a user-named model is the default.
         method = "cross-encoder" if rerank.cross_encoder_model else "first-stage"
     if method == "first-stage":
         return FirstStage()

@@ -27,6 +27,7 @@ from strata.rerank.crossencoder import FUSION_FILE, CrossEncoderReranker, traine
 from strata.rerank.fusion import FusionChoice, choose_weight
 from strata.rerank.texts import PaperTexts
 from strata.train.pairs import (
+    Similarity,
     TrainingPair,
     TrainingQuery,
     corpus_queries,
@@ -60,7 +61,9 @@ class TrainingReport(BaseModel):
     failed_llm_queries: int = Field(description="Passages whose LLM query generation gave no usable answer")
     pairs: dict[str, int] = Field(description="Training pairs (positives and mined negatives) per source")
     dropped_false_negatives: int = Field(description="Mined negatives the dense encoder scored above the positive")
-    validation_queries: dict[str, int] = Field(description="Held-out queries per source (their papers unseen)")
+    validation_queries: dict[str, int] = Field(
+        description="Held-out queries per source (their papers unseen in training, not even as negatives)"
+    )
     first_stage_validation: float = Field(description="Validation nDCG@10 of the first stage alone")
     epochs: list[EpochReport]
     best_epoch: int = Field(description="The epoch whose model was kept (best validation nDCG@10)")
@@ -121,11 +124,13 @@ def fit_cross_encoder(
     output: Path,
     validate: Callable[[CrossEncoder], float] | None = None,
     log: Log = _stderr,
+    complete: Callable[[Path], None] | None = None,
 ) -> list[EpochReport]:
     """Fine-tunes MiniLM with a fresh one-logit head on the pairs, one report per epoch; with `validate`, stops after
     `train_patience` epochs without a better validation score and leaves the best epoch's model in `output`.
 
-    The model is written to a sibling folder and moved into place, so `output` never holds a half-written model.
+    The model is written to a sibling folder, where `complete` adds what belongs beside it (the fusion weight), and
+    only then swapped into place: an interrupted run leaves the previous model, never a half-finished one.
     The loss is localized contrastive estimation (Gao et al., 2021): each query's positive against its own mined
     negatives, a softmax over that group. Pointwise BCE on a few hundred pairs collapsed here to the label prior
     (every score ~0.25, training AUC ~0.6); a group softmax cannot be lowered by a constant score.
@@ -143,6 +148,8 @@ def fit_cross_encoder(
     network, tokenizer = model.model, model.tokenizer
     optimizer = torch.optim.AdamW(network.parameters(), lr=rerank.train_learning_rate)
     groups = query_groups(pairs)
+    if not groups:
+        raise ValueError("no training query kept a negative (every mined negative was filtered out); nothing to learn")
     per_step = max(1, rerank.train_batch_size // max(len(group) for group in groups))
     rng = random.Random(rerank.train_seed)
     staged = output.with_name(output.name + ".partial")
@@ -187,9 +194,20 @@ def fit_cross_encoder(
             model.save_pretrained(str(staged))
         elif epoch - best_epoch(reports) >= rerank.train_patience:
             break
-    shutil.rmtree(output, ignore_errors=True)
-    staged.rename(output)
+    if complete is not None:
+        complete(staged)
+    install(staged, output)
     return reports
+
+
+def install(staged: Path, output: Path) -> None:
+    """Swap `staged` into `output`; the old model stays loadable until the new one is in place."""
+    old = output.with_name(output.name + ".old")
+    shutil.rmtree(old, ignore_errors=True)
+    if output.exists():
+        output.rename(old)
+    staged.rename(output)
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def best_epoch(reports: Sequence[EpochReport]) -> int:
@@ -197,10 +215,15 @@ def best_epoch(reports: Sequence[EpochReport]) -> int:
     return max(reports, key=lambda report: (report.validation, -report.epoch)).epoch
 
 
-def paper_similarity(corpus: Corpus, folder: Path) -> Callable[[Sequence[str], Sequence[Sequence[str]]], list[np.ndarray]]:
-    """Cosine of each query with papers' mean chunk vectors (Relate's paper vectors), for the false-negative
-    filter."""
-    vectors = PaperVectors(corpus.embedder, folder, "chunk-mean", corpus.vectors)
+def paper_similarity(corpus: Corpus) -> Similarity:
+    """Cosine of each query with papers' mean chunk vectors (Relate's paper vectors, shared through the corpus
+    cache and Relate's cache folder), for the false-negative filter."""
+    settings = corpus.settings
+    folder = settings.relate.paper_vector_cache or Path(settings.store.home) / "relate"
+    vectors = corpus.cached(
+        ("relate.paper-vectors", folder, "chunk-mean"),
+        lambda: PaperVectors(corpus.embedder, folder, "chunk-mean", corpus.vectors),
+    )
     vectors.refresh(corpus.store)
     row = {paper_id: index for index, paper_id in enumerate(vectors.ids)}
 
@@ -235,10 +258,14 @@ def train_cross_encoder(corpus: Corpus, client: LLMClient | None = None, log: Lo
         generated, failed = llm_queries(texts, paper_ids, rerank, client)
         queries += generated
     train, held = split_by_paper(queries, rerank.train_validation_share, rerank.train_seed)
-    held = held[: rerank.train_validation_queries]
+    # A random cap, so every source (the LLM's queries come last) keeps its share of the validation queries.
+    held = random.Random(rerank.train_seed).sample(held, min(len(held), rerank.train_validation_queries))
     log(f"{len(train)} training and {len(held)} validation queries {count_by_source(queries)}")
-    similarity = paper_similarity(corpus, output.parent / "paper-vectors") if settings.index.dense else None
-    pairs, dropped = mined_pairs(train, corpus.searcher, texts, rerank, similarity)
+    similarity = paper_similarity(corpus) if settings.index.dense else None
+    if not held:
+        raise ValueError("no validation queries came from the held-out papers; raise rerank.train_validation_share")
+    unseen = {query.paper_id for query in held}  # validation papers are not even negatives in training
+    pairs, dropped = mined_pairs(train, corpus.searcher, texts, rerank, similarity, exclude=unseen)
     validation = Validation(held, corpus, rerank.cross_encoder_depth)
     first_stage = validation.ndcg({qid: ranking.paper_ids for qid, ranking in validation.first.items()})
     generated_at = time.perf_counter()
@@ -252,13 +279,20 @@ def train_cross_encoder(corpus: Corpus, client: LLMClient | None = None, log: Lo
     def validate(model: CrossEncoder) -> float:
         return validation.ndcg({qid: r.paper_ids for qid, r in validation.rerank(reranker_of(model)).items()})
 
-    epochs = fit_cross_encoder(pairs, settings, output, validate if held else None, log)
-    from strata.encoders.cross_encoder import load_cross_encoder
+    chosen: list[FusionChoice] = []
 
-    reranked = validation.rerank(reranker_of(load_cross_encoder(str(output))))
-    fusion = choose_weight(validation.first, reranked, validation.ndcg, "nDCG@10", k=settings.search.rrf_k)
-    (output / FUSION_FILE).write_text(fusion.model_dump_json(indent=2), encoding="utf-8")
-    (output / "training_pairs.jsonl").write_text("".join(pair.model_dump_json() + "\n" for pair in pairs))
+    def complete(staged: Path) -> None:
+        from strata.encoders.cross_encoder import load_cross_encoder
+
+        reranked = validation.rerank(reranker_of(load_cross_encoder(str(staged))))
+        chosen.append(choose_weight(validation.first, reranked, validation.ndcg, "nDCG@10", k=settings.search.rrf_k))
+        (staged / FUSION_FILE).write_text(chosen[0].model_dump_json(indent=2), encoding="utf-8")
+        (staged / "training_pairs.jsonl").write_text(
+            "".join(pair.model_dump_json() + "\n" for pair in pairs), encoding="utf-8"
+        )
+
+    epochs = fit_cross_encoder(pairs, settings, output, validate, log, complete)
+    fusion = chosen[0]
     return TrainingReport(
         model_dir=str(output),
         queries=count_by_source(train),

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -66,7 +66,7 @@ def passage_of(texts: PaperTexts, source: Source, paper_id: str, words: int) -> 
 
 def title_query(texts: PaperTexts, paper_id: str, words: int) -> TrainingQuery | None:
     title = texts.title(paper_id)
-    if len(title.split()) < MIN_QUERY_WORDS or len(texts.body(paper_id)) < MIN_QUERY_WORDS:
+    if len(title.split()) < MIN_QUERY_WORDS or len(texts.body(paper_id)) < MIN_BODY_WORDS:
         return None
     return TrainingQuery(query=title, paper_id=paper_id, positive=passage_of(texts, "title", paper_id, words),
                          source="title")
@@ -133,15 +133,16 @@ def mined_pairs(
     texts: PaperTexts,
     settings: RerankSettings,
     similarity: Similarity | None,
+    exclude: Collection[str] = (),
 ) -> tuple[list[TrainingPair], int]:
     """(pairs, negatives dropped as likely false): each query's positive, then `train_negatives` papers drawn from
-    its BM25 hits (its own paper excluded; with `similarity`, papers the dense encoder scores above the positive
-    excluded too)."""
+    its BM25 hits (its own paper and `exclude` left out; with `similarity`, papers the dense encoder scores above the
+    positive left out too)."""
     rng = random.Random(settings.train_seed + 2)
     pools = []
     for query in queries:
         hits = searcher.search(query.query, k=settings.train_negative_depth, method="bm25", prf=False)
-        pools.append([paper_id for paper_id in hits.paper_ids if paper_id != query.paper_id])
+        pools.append([pid for pid in hits.paper_ids if pid != query.paper_id and pid not in exclude])
     dropped = 0
     if similarity is not None:
         rows = similarity([query.query for query in queries], [[q.paper_id, *pool] for q, pool in zip(queries, pools)])
@@ -171,7 +172,8 @@ def split_by_paper(
     """(training, validation): a `share` of the papers, with every query that came from them, held out, so no
     validation query's paper was seen in training by another source's query."""
     papers = sorted({query.paper_id for query in queries})
-    held = set(random.Random(seed + 3).sample(papers, round(len(papers) * share))) if len(papers) > 1 else set()
+    count = min(max(1, round(len(papers) * share)), len(papers) - 1)  # at least one paper on each side
+    held = set(random.Random(seed + 3).sample(papers, count)) if len(papers) > 1 else set()
     return ([query for query in queries if query.paper_id not in held],
             [query for query in queries if query.paper_id in held])
 
