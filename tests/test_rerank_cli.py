@@ -50,15 +50,29 @@ def test_features_command_extracts_each_paper_once(home, monkeypatch, capsys):
     assert (home / "rerank" / "features.sqlite3").is_file()
 
 
-def test_train_reranker_command_saves_a_model_the_cross_encoder_method_loads(home, monkeypatch, capsys):
+def test_train_reranker_command_saves_a_model_the_cross_encoder_method_loads(tmp_path, monkeypatch, capsys):
+    papers = {f"p{n:02d}": (f"Zinc lozenge trial number {n}", " ".join(
+        f"Zinc lozenges shortened colds by {n + s} days in arm {s} of trial {n}." for s in range(4)))
+        for n in range(60)}  # fmt: skip
+    with bm25_corpus(tmp_path, papers) as (settings, _):
+        home = settings.store.home
     queries = ['{"query": "zinc and colds"}', '{"query": "how long do colds last"}', '{"query": "lozenge trial"}']
     use_backend(monkeypatch, RankingBackend(scripted=queries))
     flags = ["--store.home", str(home), "--index.dense", "false", "--rerank.train_passages", "3",
-             "--rerank.train_negatives", "2", "--rerank.train_epochs", "1"]  # fmt: skip
+             "--rerank.train_queries_per_source", "20", "--rerank.train_negatives", "2", "--rerank.train_epochs", "1",
+             "--rerank.train_validation_share", "0.2", "--rerank.cross_encoder_depth", "5",
+             "--rerank.train_max_length", "64"]  # fmt: skip
     report = run_json(capsys, "train-reranker", *flags, "--json")
-    assert (report["queries"], report["failed_queries"], report["pairs"]) == (3, 0, 9)
+    made = {source: report["queries"].get(source, 0) + report["validation_queries"].get(source, 0)
+            for source in ("title", "inverse-cloze", "llm")}
+    assert made == {"title": 20, "inverse-cloze": 20, "llm": 3} and report["failed_llm_queries"] == 0
+    assert sum(report["pairs"].values()) == 3 * sum(report["queries"].values())  # a positive and 2 negatives each
     assert Path(report["model_dir"]) == home / "rerank" / "cross-encoder"
     assert (home / "rerank" / "cross-encoder" / "config.json").is_file()
+    assert (home / "rerank" / "cross-encoder" / "fusion.json").is_file()
+    from strata.train.cross_encoder import TrainingReport
+
+    assert "fused at weight" in TrainingReport.model_validate(report).summary()  # what the command prints
     assert main(["search", "zinc colds", "--store.home", str(home), "--index.dense", "false",
                  "--rerank.method", "cross-encoder"]) == 0  # fmt: skip
-    assert "Zinc trial" in capsys.readouterr().out
+    assert "Zinc lozenge trial" in capsys.readouterr().out
