@@ -231,3 +231,38 @@ def test_each_option_choice_method_picks_by_its_own_rule(corpus, method, expecte
     synthesizer = Synthesizer(LLMClient(PriorBiasedBackend(), settings.llm), read)
     answer = synthesizer._choose(QUESTION, OPTIONS, evidence, Trace())
     assert answer.choice == expected and answer.claims[0].citations == [1]
+
+
+@pytest.mark.parametrize("stage", ["candidates", "subqueries"])
+def test_the_reranker_runs_once_at_the_stage_the_settings_name(corpus, monkeypatch, stage):
+    settings, opened = corpus
+    settings = settings.model_copy(update={"rerank": settings.rerank.model_copy(update={"stage": stage})})
+    given: list = []
+
+    class Found:
+        rounds: list = []
+        stop_reason = "no_llm"
+        ranking_a = candidate_ranking(opened.store)
+        ranking_b = Ranking(query=QUESTION, method="off")
+        candidates = ranking_a
+
+    def find_candidates(question, **kwargs):
+        given.append(kwargs["reranker"])
+        return Found
+
+    class Counting:
+        name = "counting"
+        calls = 0
+
+        def rank(self, query, candidates):
+            Counting.calls += 1
+            return candidates
+
+    monkeypatch.setattr(pipeline_module, "find_candidates", find_candidates)
+    pipeline = Pipeline(settings, opened, LLMClient(RuleBackend(), settings.llm), Counting())
+    events: list = []
+    pipeline._candidates(QUESTION, Trace(), lambda stage, status, detail="": events.append(stage))
+    inside_retrieve = isinstance(given[0], Counting)
+    assert inside_retrieve == (stage == "subqueries")  # Retrieve gets the reranker only for 'subqueries'
+    assert Counting.calls == (stage == "candidates")  # and the pipeline reranks the candidates only otherwise
+    assert ("rerank" in events) == (stage == "candidates")
