@@ -32,6 +32,8 @@ from pydantic import (
     model_validator,
 )
 
+from strata.index.state import atomic_write
+
 # Set by the `strata` CLI around each command it runs, so a command run in-process by another one (the matrix
 # runs its rows this way) records its own command line, not its caller's.
 _COMMAND: ContextVar[str | None] = ContextVar("strata_result_command", default=None)
@@ -154,10 +156,7 @@ def load_results(folder: Path) -> dict[str, ResultFile]:
 def write_result(result: ResultFile, path: Path) -> Path:
     """Write atomically (a whole file or the old one, never a torn one)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f".{path.name}.partial")
-    partial.write_text(result.model_dump_json(indent=1) + "\n", encoding="utf-8")
-    os.replace(partial, path)
+    atomic_write(path, (result.model_dump_json(indent=1) + "\n").encode("utf-8"))
     return path
 
 

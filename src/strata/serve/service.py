@@ -252,10 +252,10 @@ class CorpusService:
         answer = None
         if question:
             self.check_query(question)
-            from strata.toc.query import run_toc_query
+            from strata.toc.query import answer_from_toc
 
-            with self._llm_slots:
-                answer = run_toc_query(self.settings, paper.id, question, k=k)
+            with self._llm_slots:  # the paper is already read: no second store connection for it
+                answer = answer_from_toc(self.settings, paper, question, k=k)
         return TocView(paper_id=paper.id, title=paper.title, sections=paper.sections, answer=answer)
 
     def _get_paper(self, paper_id: str) -> Paper:

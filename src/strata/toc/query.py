@@ -55,6 +55,11 @@ def run_toc_query(settings: Settings, document: str, question: str, k: int | Non
 
     with open_store(settings) as store:
         paper = store.get_paper(resolve_document(store, document))
+    return answer_from_toc(settings, paper, question, k)
+
+
+def answer_from_toc(settings: Settings, paper: Paper, question: str, k: int | None = None) -> TocAnswer:
+    """Top-k leaves of an already loaded `paper`'s ToC for `question`."""
     k = k or settings.toc.top_k
     folder = adapter_folder(settings, paper.id)
     use_adapter = settings.toc.use_adapter and folder.is_dir()

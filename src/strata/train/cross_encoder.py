@@ -272,20 +272,22 @@ def train_cross_encoder(corpus: Corpus, client: LLMClient | None = None, log: Lo
     log(f"{len(pairs)} pairs ({dropped} likely false negatives dropped); first stage validation nDCG@10 "
         f"{first_stage:.4f}")
 
-    def reranker_of(model: CrossEncoder) -> CrossEncoderReranker:
-        return CrossEncoderReranker(model, texts, rerank.cross_encoder_depth, rerank.passage_words,
-                                    rerank.cross_encoder_batch)
+    # Each epoch's validation rerankings, kept so the fusion weight is chosen on the saved (best) epoch's own
+    # rankings instead of loading the model again and rescoring every validation query.
+    scored: list[tuple[float, dict[str, Ranking]]] = []
 
     def validate(model: CrossEncoder) -> float:
-        return validation.ndcg({qid: r.paper_ids for qid, r in validation.rerank(reranker_of(model)).items()})
+        reranker = CrossEncoderReranker(model, texts, rerank.cross_encoder_depth, rerank.passage_words,
+                                        rerank.cross_encoder_batch)
+        reranked = validation.rerank(reranker)
+        scored.append((validation.ndcg({qid: r.paper_ids for qid, r in reranked.items()}), reranked))
+        return scored[-1][0]
 
     chosen: list[FusionChoice] = []
 
     def complete(staged: Path) -> None:
-        from strata.encoders.cross_encoder import load_cross_encoder
-
-        reranked = validation.rerank(reranker_of(load_cross_encoder(str(staged))))
-        chosen.append(choose_weight(validation.first, reranked, validation.ndcg, "nDCG@10", k=settings.search.rrf_k))
+        _, best = max(scored, key=lambda epoch: epoch[0])  # the first best, the epoch fit_cross_encoder kept
+        chosen.append(choose_weight(validation.first, best, validation.ndcg, "nDCG@10", k=settings.search.rrf_k))
         (staged / FUSION_FILE).write_text(chosen[0].model_dump_json(indent=2), encoding="utf-8")
         (staged / "training_pairs.jsonl").write_text(
             "".join(pair.model_dump_json() + "\n" for pair in pairs), encoding="utf-8"
