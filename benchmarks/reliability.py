@@ -88,7 +88,7 @@ def crash_summary(results: list[dict], encoder: Path) -> dict:
         "trials_with_a_kill": sum(bool(r["kills"]) for r in results),
         "kills": sum(len(r["kills"]) for r in results),
         "dense_trials": sum(r["dense"] for r in results),
-        "dense_encoder": f"{encoder} (all-MiniLM-L6-v2 cut to 1 layer, 64 tokens)",
+        "dense_encoder": f"{repo_relative(encoder, ROOT.parent)} (all-MiniLM-L6-v2 cut to 1 layer, 64 tokens)",
         "papers_lost": sum(r["papers_lost"] for r in results),
         "failed_trials": sum(bool(r["problems"]) or r["final_returncode"] != 0 for r in results),
         "kills_by_phase": dict(Counter(_phase(k) for r in results for k in r["kills"])),

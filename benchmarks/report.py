@@ -581,7 +581,7 @@ def reliability_section(name: str, result: ResultFile) -> str:
     title = "### Reliability: crashes, hostile inputs, failing LLM servers"
     lines = [title, "", markdown_table(["measure", "result"], rows)]
     if fuzz and crash:
-        encoder = str(crash.details.get("dense_encoder", "-")).replace(f"{ROOT}/", "")
+        encoder = crash.details.get("dense_encoder", "-")
         lines += [
             "",
             f"Caps: fuzz per-file timeout {fuzz.details['per_file_timeout_s']} s under a "

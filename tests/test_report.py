@@ -81,3 +81,19 @@ def test_a_writer_records_its_command_and_machine_and_keeps_earlier_experiments(
     again = update_result(path, lambda old: merged(old, new_result("b", [Experiment(name="b", method="m")])))
     assert [e.name for e in again.experiments] == ["a", "b"]
     assert again.experiments[0].command == "strata eval x --method bm25" != again.experiments[1].command
+
+
+def test_paths_inside_the_checkout_are_written_relative_so_a_clone_renders_the_same(tmp_path: Path) -> None:
+    from strata.eval.results import write_result
+
+    checkout = tmp_path / "repo"
+    (checkout / "benchmarks" / "results").mkdir(parents=True)
+    (checkout / "pyproject.toml").write_text("")
+    details = {"model": str(checkout / "benchmarks/results/tmp/m"), "data": str(tmp_path / "shared" / "x"), "n": 3}
+    result = new_result("benchmarks/x.py", [Experiment(name="a", method="bm25", details={"dir": str(checkout)})])
+    path = write_result(result.model_copy(update={"details": details}), checkout / "benchmarks/results/x.json")
+    written = load_result(path)
+    assert written.details == {"model": "benchmarks/results/tmp/m", "data": "../shared/x", "n": 3}
+    assert written.experiments[0].details == {"dir": "."}
+    committed = [p for p in RESULTS.rglob("*.json") if "tmp" not in p.relative_to(RESULTS).parts]
+    assert not [p.name for p in committed if str(REPO) in p.read_text(encoding="utf-8")]

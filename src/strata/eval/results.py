@@ -154,10 +154,24 @@ def load_results(folder: Path) -> dict[str, ResultFile]:
 
 
 def write_result(result: ResultFile, path: Path) -> Path:
-    """Write atomically (a whole file or the old one, never a torn one)."""
-    path = Path(path)
+    """Write atomically (a whole file or the old one, never a torn one), with every absolute path inside the
+    checkout that holds `path` stored relative to it: a committed file must render the same on another clone."""
+    path = Path(path).absolute()
+    checkout = next((folder for folder in path.parents if (folder / "pyproject.toml").is_file()), None)
+    if checkout is not None:
+        result = ResultFile.model_validate(_portable(result.model_dump(mode="json"), checkout))
     atomic_write(path, (result.model_dump_json(indent=1) + "\n").encode("utf-8"))
     return path
+
+
+def _portable(value: Any, checkout: Path) -> Any:
+    if isinstance(value, dict):
+        return {key: _portable(item, checkout) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_portable(item, checkout) for item in value]
+    if isinstance(value, str) and value.startswith("/") and Path(value).is_relative_to(checkout.parent):
+        return repo_relative(value, checkout)
+    return value
 
 
 def update_result(path: Path, update: Callable[[ResultFile | None], ResultFile]) -> ResultFile:
