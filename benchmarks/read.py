@@ -114,7 +114,7 @@ def main() -> int:
         print(f"{name}: {limit} questions", file=sys.stderr, flush=True)
         result = run_qa_eval(
             settings_for(name, args), folder, split=split, limit=limit, output_dir=WORK, store_home=store,
-            progress=show,
+            on_prediction=show,
         )
         runs.append(experiment(result, args, name))
         datasets.append(qa_dataset(result).model_copy(update={"path": repo_relative(folder, REPO)}))

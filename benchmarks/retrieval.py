@@ -13,7 +13,6 @@ import argparse
 import json
 import shutil
 import sys
-import time
 from pathlib import Path
 
 from strata.config import Settings
@@ -21,6 +20,8 @@ from strata.corpus import Corpus
 from strata.eval.results import DatasetRef, ResultFile, new_result, repo_relative, write_result
 from strata.eval.retrieval import RetrievalEvalResult, retrieval_experiment, run_retrieval_eval
 from strata.pipeline.ingest import ingest
+
+from ingest_speed import ingest_litqa2  # benchmarks/ is on the path of a script run from it
 
 ROOT = Path(__file__).resolve().parent
 REPO = ROOT.parent
@@ -66,30 +67,6 @@ def evaluate_scifact(home: Path) -> list[RetrievalEvalResult]:
         print(f"  {result.method}: nDCG@10 {result.metrics['nDCG@10']:.4f}", file=sys.stderr)
         results.append(result)
     return results
-
-
-def ingest_litqa2(home: Path) -> dict[str, float]:
-    """Throughput of the full pipeline on the 39 LitQA2 PDFs: parse + store, then BM25 + dense indexing."""
-    shutil.rmtree(home, ignore_errors=True)
-    manifest = json.loads((LITQA2_PDFS.parent / "pdf_manifest.json").read_text())
-    pages = sum(entry["pages"] for entry in manifest)
-    started = time.perf_counter()
-    report = ingest([LITQA2_PDFS], settings_for(home))
-    total = time.perf_counter() - started
-    chunks = sum(outcome.chunks for outcome in report.files)
-    return {
-        "pdfs": len(report.files),
-        "failed": report.count("failed"),
-        "pages": pages,
-        "chunks": chunks,
-        "parse_store_seconds": report.parse_seconds,
-        "index_seconds": report.index_seconds,
-        "total_seconds": total,
-        "parse_pages_per_second": pages / report.parse_seconds,
-        "index_chunks_per_second": chunks / report.index_seconds if report.index_seconds else 0.0,
-        "end_to_end_pages_per_second": pages / total,
-        "end_to_end_chunks_per_second": chunks / total,
-    }
 
 
 def main() -> int:

@@ -243,3 +243,29 @@ def test_embedder_resolves_models_and_rejects_unknown_ones(tmp_path: Path) -> No
         resolve_model_path("packaged:nope")
     with pytest.raises(ValueError, match="neither"):
         resolve_model_path(str(tmp_path))
+
+
+def test_reference_entries_stay_in_the_store_but_are_searched_only_when_asked_for(tmp_path: Path) -> None:
+    from strata.documents.model import ContentType
+
+    builder = PaperBuilder("cited", "test")
+    builder.open_section("Results", level=1)
+    builder.add_block("Graphene sheets conduct electricity remarkably well.")
+    builder.open_section("References", level=1)
+    builder.add_block("Novoselov K. Electric field effect in atomically thin carbon films.", ContentType.REFERENCE)
+    paper = builder.build(title="Graphene conductivity")
+    store, index = open_index(tmp_path)
+    store.put_paper(paper, "sha")
+    report = index.sync()
+    assert store.stats().chunks == 2 and report.bm25_size == report.dense_size == 1
+    assert not index.bm25.search("Novoselov atomically thin carbon films", 5)
+    assert [hit.rowid for hit in index.dense.search_text("atomically thin carbon films", 5)] == [
+        s.rowid for s in store.chunks_after(0, references=False)
+    ]
+    assert [s.chunk.content_type for s in store.chunks_after(0)] == [ContentType.TEXT, ContentType.REFERENCE]
+    _, everything = open_index(tmp_path, **{"index.reference_entries": True})
+    again = everything.sync()  # another choice of chunks: both indices are rebuilt with the entries in
+    assert again.bm25_size == again.dense_size == 2
+    reference = store.chunks_after(0)[1].rowid
+    assert [hit.rowid for hit in everything.bm25.search("Novoselov atomically thin carbon films", 5)] == [reference]
+    store.close()

@@ -70,3 +70,12 @@ def test_search_results_carry_locators_that_reproduce_their_text(ingested, capsy
     hit = hits[0]
     assert main(["show", str(hit.locator), "--store.home", str(settings.store.home)]) == 0
     assert hit.text in capsys.readouterr().out
+
+
+def test_a_search_snippet_is_never_blank_on_a_terminal() -> None:
+    from strata.cli import _snippet
+
+    # unmapped PDF glyphs (private use), zero-width and control characters print as nothing
+    assert _snippet("\ue000\ue012 \u200b\x07") == "(no printable text)"
+    assert _snippet("Graphene\ue000 conducts\u200b\n\nwell") == "Graphene conducts well"
+    assert _snippet("word " * 100, width=20) == "word word word word…"

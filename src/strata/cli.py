@@ -10,10 +10,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import unicodedata
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 from pydantic import BaseModel
 
@@ -126,6 +128,43 @@ def _print_json(model: BaseModel | list[BaseModel]) -> None:
         print(model.model_dump_json(indent=2))
 
 
+class ProgressBars:
+    """`strata.progress.Progress` drawn as one tqdm bar per task on `stream`, only when it is a terminal and the
+    command prints no JSON: a pipe or a log file gets the result alone."""
+
+    def __init__(self, enabled: bool, stream: TextIO) -> None:
+        self.enabled, self.stream = enabled and stream.isatty(), stream
+        self._bars: dict[str, Any] = {}
+
+    def __call__(self, task: str, done: int, total: int, detail: str = "") -> None:
+        if not self.enabled:
+            return
+        from tqdm import tqdm
+
+        bar = self._bars.get(task)
+        if bar is None:
+            bar = self._bars[task] = tqdm(total=total, desc=task, unit="", file=self.stream, dynamic_ncols=True)
+        bar.total = total
+        if detail:
+            bar.set_postfix_str(detail[:60], refresh=False)
+        bar.update(done - bar.n)
+        bar.refresh()
+
+    def close(self) -> None:
+        for bar in self._bars.values():
+            bar.close()
+        self._bars.clear()
+
+
+@contextmanager
+def progress_bars(args: argparse.Namespace) -> Iterator[ProgressBars]:
+    bars = ProgressBars(not getattr(args, "json", False) and not getattr(args, "quiet", False), sys.stderr)
+    try:
+        yield bars
+    finally:
+        bars.close()
+
+
 # commands
 
 
@@ -186,8 +225,14 @@ def cmd_search(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _snippet(text: str, width: int = 200) -> str:
-    flat = " ".join(text.split())
+    """The start of a hit's text on one line. Control, format and private-use characters (unmapped PDF glyphs)
+    print as nothing on a terminal, so they are dropped, and a text with nothing printable says so."""
+    printable = "".join(ch for ch in text if ch.isspace() or unicodedata.category(ch) not in _UNPRINTABLE)
+    flat = " ".join(printable.split()) or "(no printable text)"
     return flat if len(flat) <= width else flat[: width - 1] + "…"
+
+
+_UNPRINTABLE = {"Cc", "Cf", "Co", "Cs", "Cn"}
 
 
 def cmd_show(args: argparse.Namespace, settings: Settings) -> int:
@@ -226,27 +271,31 @@ def cmd_stats(args: argparse.Namespace, settings: Settings) -> int:
 def eval_retrieval(args: argparse.Namespace, settings: Settings) -> RetrievalEvalResult:
     from strata.eval.retrieval import run_retrieval_eval
 
-    return run_retrieval_eval(
-        settings, dataset_dir=Path(args.dataset), method=args.method, split=args.split, output_dir=Path(args.output)
-    )
+    with progress_bars(args) as bars:
+        return run_retrieval_eval(
+            settings, dataset_dir=Path(args.dataset), method=args.method, split=args.split,
+            output_dir=Path(args.output), progress=bars,
+        )
 
 
 def eval_toc(args: argparse.Namespace, settings: Settings) -> TocEvalResult:
     from strata.eval.toc import run_toc_eval
 
-    return run_toc_eval(
-        settings, Path(args.dataset), args.method, book=args.book,
-        adapter=Path(args.adapter) if args.adapter else None, output_dir=Path(args.output),
-    )
+    with progress_bars(args) as bars:
+        return run_toc_eval(
+            settings, Path(args.dataset), args.method, book=args.book,
+            adapter=Path(args.adapter) if args.adapter else None, output_dir=Path(args.output), progress=bars,
+        )
 
 
 def eval_qa(args: argparse.Namespace, settings: Settings) -> QAEvalResult:
     from strata.eval.qa import run_qa_eval
 
-    return run_qa_eval(
-        settings, Path(args.dataset), split=args.split, limit=args.limit, output_dir=Path(args.output),
-        store_home=Path(args.store) if args.store else None,
-    )
+    with progress_bars(args) as bars:
+        return run_qa_eval(
+            settings, Path(args.dataset), split=args.split, limit=args.limit, output_dir=Path(args.output),
+            store_home=Path(args.store) if args.store else None, progress=bars,
+        )
 
 
 def cmd_eval_task(args: argparse.Namespace, settings: Settings) -> int:
@@ -267,7 +316,9 @@ def cmd_eval_matrix(args: argparse.Namespace, settings: Settings) -> int:
     from strata.eval.matrix import format_matrix, load_matrix, run_matrix, write_matrix_result
 
     output = Path(args.output).resolve()  # the rows run from the matrix root, not from here
-    result = run_matrix(load_matrix(Path(args.file)), run_matrix_command, rows=args.rows, matrix_file=args.file)
+    with progress_bars(args) as bars:
+        spec = load_matrix(Path(args.file))
+        result = run_matrix(spec, run_matrix_command, rows=args.rows, matrix_file=args.file, progress=bars)
     write_matrix_result(result, output)
     if args.json:
         _print_json(result)
@@ -317,16 +368,27 @@ def cmd_toc(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_ask(args: argparse.Namespace, settings: Settings) -> int:
-    from strata.pipeline.ask import ask
+    from typing import get_args
 
-    def show_progress(event: Any) -> None:
+    from strata.pipeline.ask import ask
+    from strata.read.model import StageName
+
+    stages = list(get_args(StageName))
+
+    def show_trace(event: Any) -> None:
         print(f"[{event.elapsed_s:6.1f}s] {event.stage} {event.status} {event.detail}", file=sys.stderr)
 
     answer_format: AnswerFormat = args.format or ("mc" if args.options else "text")
-    result = ask(
-        args.question, settings, options=args.options, answer_format=answer_format,
-        on_event=show_progress if args.trace else None,
-    )
+    with progress_bars(args) as bars:
+
+        def show_stage(event: Any) -> None:  # on a terminal: which stage of the question is under way
+            done = stages.index(event.stage) + (event.status != "started")
+            bars("stages", done, len(stages), f"{event.stage}: {event.detail}" if event.detail else event.stage)
+
+        result = ask(
+            args.question, settings, options=args.options, answer_format=answer_format,
+            on_event=show_trace if args.trace else show_stage,
+        )
     if args.json:
         _print_json(result)
         return 0
@@ -366,8 +428,9 @@ def cmd_features(args: argparse.Namespace, settings: Settings) -> int:
     from strata.corpus import Corpus
     from strata.rerank.factory import extract_features
 
-    with Corpus.open(settings) as corpus:
-        report = extract_features(settings, corpus.store, corpus.llm, paper_ids=args.papers or None, limit=args.limit)
+    with Corpus.open(settings) as corpus, progress_bars(args) as bars:
+        wanted = args.papers or None
+        report = extract_features(settings, corpus.store, corpus.llm, paper_ids=wanted, limit=args.limit, progress=bars)
     if args.json:
         _print_json(report)
     else:
@@ -379,9 +442,10 @@ def cmd_train_reranker(args: argparse.Namespace, settings: Settings) -> int:
     from strata.corpus import Corpus
     from strata.train.cross_encoder import train_cross_encoder
 
-    with Corpus.open(settings) as corpus:
+    with Corpus.open(settings) as corpus, progress_bars(args) as bars:
         client = corpus.llm if settings.rerank.train_passages else None
-        report = train_cross_encoder(corpus, client, log=(lambda line: None) if args.json else _stderr)
+        log = (lambda line: None) if args.json else _stderr
+        report = train_cross_encoder(corpus, client, log=log, progress=bars)
     if args.json:
         _print_json(report)
     else:
@@ -393,7 +457,8 @@ def cmd_train_toc(args: argparse.Namespace, settings: Settings) -> int:
     from strata.train.toc import train_toc_adapter
 
     try:
-        report, folder = train_toc_adapter(settings, args.document, log=lambda line: print(line, file=sys.stderr))
+        with progress_bars(args) as bars:
+            report, folder = train_toc_adapter(settings, args.document, log=_stderr, progress=bars)
     except RuntimeError as error:  # a failed stage (e.g. no questions could be generated), already explained
         print(f"strata: error: {error}", file=sys.stderr)
         return 1

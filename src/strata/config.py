@@ -84,6 +84,12 @@ class IndexSettings(_Section):
     dense: bool = Field(
         default=True, description="Build the dense (embedding) index on sync; off keeps a BM25-only corpus"
     )
+    reference_entries: bool = Field(
+        default=False,
+        description="Index reference-list entries for search too (BM25 and dense). Off, they stay in the store for "
+        "the citation graph and `strata show` but are neither embedded nor returned as passages (about half the "
+        "chunks of a typical paper PDF)",
+    )
     hnsw_above: int = Field(
         default=200_000, ge=0, description="Use an HNSW graph instead of exact search once this many vectors exist"
     )

@@ -19,6 +19,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from strata.eval.results import DatasetRef, Experiment, new_result, repeated, write_result
+from strata.progress import Progress, tell
 
 RowSelection = Literal["cheap", "all"]
 Status = Literal["PASS", "FAIL", "ERROR"]
@@ -96,19 +97,26 @@ def select_rows(spec: MatrixSpec, rows: RowSelection) -> list[MatrixRow]:
 
 
 def run_matrix(
-    spec: MatrixSpec, run_command: CommandRunner, rows: RowSelection = "cheap", matrix_file: Path | str = ""
+    spec: MatrixSpec,
+    run_command: CommandRunner,
+    rows: RowSelection = "cheap",
+    matrix_file: Path | str = "",
+    progress: Progress | None = None,
 ) -> MatrixResult:
     """Run the selected rows from `spec.root`; a failing command marks its rows ERROR and the others still run."""
     outcomes: list[RowOutcome] = []
     finished: dict[str, tuple[dict[str, float] | None, str | None]] = {}
     with contextlib.chdir(spec.root):
-        for row in select_rows(spec, rows):
+        selected = select_rows(spec, rows)
+        for number, row in enumerate(selected):
+            tell(progress, "matrix rows", number, len(selected), row.id)
             started = time.perf_counter()
             if row.command not in finished:
                 finished[row.command] = _run_row_command(row, run_command)
             seconds = time.perf_counter() - started
             metrics, error = finished[row.command]
             outcomes.append(_outcome(row, metrics, error, seconds))
+        tell(progress, "matrix rows", len(selected), len(selected))
     return MatrixResult(
         matrix_file=str(matrix_file),
         rows_selected=rows,

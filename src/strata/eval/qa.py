@@ -22,7 +22,8 @@ from strata.eval.datasets import Dataset, EvalQuery, load_dataset
 from strata.eval.results import DatasetRef, Experiment, QueryRow, new_result, write_result
 from strata.index.bm25 import english_analyzer
 from strata.llm import TraceSummary
-from strata.read.model import AskResult, Evidence
+from strata.progress import Progress, tell
+from strata.read.model import AskResult, Evidence, StageEvent
 from strata.read.synthesize import sentence_spans
 from strata.read.validate import normalized
 
@@ -86,7 +87,8 @@ def run_qa_eval(
     limit: int | None = None,
     output_dir: Path | None = None,
     store_home: Path | None = None,
-    progress: Callable[[QAPrediction], None] | None = None,
+    on_prediction: Callable[[QAPrediction], None] | None = None,
+    progress: Progress | None = None,
 ) -> QAEvalResult:
     """Ask every question of the dataset (the first `limit`; SciFact: claims with rationales only).
 
@@ -104,13 +106,18 @@ def run_qa_eval(
     if store_home is None:
         _ingest(dataset, eval_settings)
     started = time.perf_counter()
-    predictions = []
+    predictions: list[QAPrediction] = []
     with open_pipeline(eval_settings) as pipeline:
         for query in queries:
-            prediction = _predict(pipeline, dataset, query)
+
+            def stage(event: StageEvent, done: int = len(predictions)) -> None:
+                tell(progress, "questions", done, len(queries), f"{event.stage} {event.status}")
+
+            prediction = _predict(pipeline, dataset, query, stage)
             predictions.append(prediction)
-            if progress is not None:
-                progress(prediction)
+            tell(progress, "questions", len(predictions), len(queries))
+            if on_prediction is not None:
+                on_prediction(prediction)
         llm_backend, llm_model = pipeline.client.backend.name, pipeline.client.model
     result = QAEvalResult(
         dataset=dataset.name,
@@ -157,11 +164,11 @@ def as_multiple_choice(query: EvalQuery, kind: str) -> EvalQuery:
     )
 
 
-def _predict(pipeline, dataset: Dataset, query: EvalQuery) -> QAPrediction:  # noqa: ANN001  (Pipeline, imported lazily)
+def _predict(pipeline, dataset: Dataset, query: EvalQuery, on_event: Callable[[StageEvent], None]) -> QAPrediction:  # noqa: ANN001  (Pipeline, imported lazily)
     query = as_multiple_choice(query, dataset.kind)
     options = shuffled_options(query)
     correct = query.options[query.correct_option] if query.correct_option is not None else None
-    result = pipeline.ask(query.text, options=options, answer_format="mc")
+    result = pipeline.ask(query.text, options=options, answer_format="mc", on_event=on_event)
     answer = result.answer
     cited = list(dict.fromkeys(item.paper_id for item in answer.evidence))
     return QAPrediction(

@@ -20,6 +20,7 @@ from strata.corpus import Corpus
 from strata.documents.model import Ranking
 from strata.eval.beir import BeirDataset, load_beir
 from strata.eval.results import DatasetRef, Experiment, QueryRow, ResultFile, new_result, write_result
+from strata.progress import Progress, tell
 from strata.retrieve.protocol import Method
 
 MEASURES = {
@@ -71,6 +72,7 @@ def run_retrieval_eval(
     output_dir: Path | None = None,
     prf: bool | None = None,
     store_home: Path | None = None,
+    progress: Progress | None = None,
 ) -> RetrievalEvalResult:
     """Evaluate `method` on the BEIR dataset in `dataset_dir`; writes a TREC run and a JSON result to `output_dir`.
 
@@ -80,7 +82,7 @@ def run_retrieval_eval(
     dataset = load_beir(dataset_dir, split)
     eval_settings = _eval_settings(settings, dataset, method, store_home)
     ingest_seconds, index_seconds = _prepare_corpus(dataset, eval_settings)
-    rankings, latencies = _run_queries(dataset, eval_settings, method, prf)
+    rankings, latencies = _run_queries(dataset, eval_settings, method, prf, progress)
     run = {query_id: _strict_scores(ranking) for query_id, ranking in rankings.items()}
     metrics, per_query = evaluate_run(run, dataset.qrels)
     result = RetrievalEvalResult(
@@ -162,7 +164,7 @@ def _prepare_corpus(dataset: BeirDataset, settings: Settings) -> tuple[float, fl
 
 
 def _run_queries(
-    dataset: BeirDataset, settings: Settings, method: Method, prf: bool | None
+    dataset: BeirDataset, settings: Settings, method: Method, prf: bool | None, progress: Progress | None = None
 ) -> tuple[dict[str, Ranking], dict[str, float]]:
     rankings: dict[str, Ranking] = {}
     latencies: dict[str, float] = {}
@@ -173,6 +175,7 @@ def _run_queries(
             started = time.perf_counter()
             rankings[query.id] = corpus.searcher.search(query.text, k=RUN_DEPTH, method=method, prf=prf)
             latencies[query.id] = time.perf_counter() - started
+            tell(progress, "queries", len(rankings), len(dataset.queries))
     return rankings, latencies
 
 

@@ -26,6 +26,7 @@ from strata.config import EmbeddingSettings, LLMSettings, Settings, TocSettings
 from strata.eval.datasets import Dataset, load_dataset
 from strata.eval.results import DatasetRef, Experiment, QueryRow, new_result, write_result
 from strata.llm.trace import TraceSummary
+from strata.progress import Progress, tell
 from strata.toc.model import DocumentToc, LeafRanking
 
 MEASURES = {"R@1": ir_measures.R @ 1, "R@3": ir_measures.R @ 3, "nDCG@3": ir_measures.nDCG @ 3}
@@ -185,6 +186,7 @@ def run_toc_eval(
     book: str | None = None,
     adapter: Path | None = None,
     output_dir: Path | None = None,
+    progress: Progress | None = None,
 ) -> TocEvalResult:
     """Rank every question of the OpenStax ToC-QA dataset in `dataset_dir` (or of one `book`) with `method` over its
     book's ToC; writes `{stem}.predictions.jsonl` and `{stem}.json` to `output_dir`."""
@@ -212,6 +214,7 @@ def run_toc_eval(
             book_queries = [q for q in queries if q.book == paper_id]
             ordered.extend(book_queries)
             rankings.extend(ranker.rank_book(toc, book_queries))
+            tell(progress, "questions", len(ordered), len(queries), paper_id)
         model_use = ranker.model_use()
     scored = score_rankings(ordered, rankings)
     overall = summarise(method, dataset.split, scored)

@@ -45,11 +45,11 @@ class CorpusIndex:
             # The PostgreSQL store keeps its indices in its own database (tables and pgvector), with the same methods.
             from strata.index.postgres import PostgresBM25Index, PostgresDenseIndex
 
-            self.bm25: BM25Index | PostgresBM25Index = PostgresBM25Index(store)
+            self.bm25: BM25Index | PostgresBM25Index = PostgresBM25Index(store, settings.index.reference_entries)
             self.dense: DenseIndex | PostgresDenseIndex = PostgresDenseIndex(store, settings.index)
             self._sync_lock: Callable[[], AbstractContextManager[None]] = store.sync_lock
         else:
-            self.bm25 = BM25Index(self.folder / "bm25")
+            self.bm25 = BM25Index(self.folder / "bm25", settings.index.reference_entries)
             self.dense = DenseIndex(self.folder / "dense", settings.index)
             # One sync at a time across processes: tantivy allows one writer, and two dense syncs would race.
             self._sync_lock = lambda: hold_lock(self.folder / "sync.lock", self.lock_timeout_s, "index sync")

@@ -90,8 +90,9 @@ class TermSearch:
 
 
 class BM25Index(TermSearch):
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, references: bool = False) -> None:
         self.folder = folder
+        self.references = references
         self.state_path = folder.with_suffix(".json")
         self.analyzer = english_analyzer()
         self.schema = _schema()
@@ -168,7 +169,7 @@ class BM25Index(TermSearch):
         writer = index.writer(heap_size=WRITER_HEAP_BYTES, num_threads=1)
         try:
             deletions = store.deletions_after(state.deletion_seq)
-            while batch := store.chunks_after(state.chunk_rowid, limit=READ_BATCH):
+            while batch := store.chunks_after(state.chunk_rowid, limit=READ_BATCH, references=self.references):
                 for stored in batch:
                     # Deleting first makes a replay idempotent after a crash between commit and state write.
                     writer.delete_documents_by_term("rowid", stored.rowid)
@@ -194,13 +195,14 @@ class BM25Index(TermSearch):
 
     def _state_for_writing(self) -> SyncState:
         state = read_state(self.state_path, SyncState)
-        if state is not None and state.format == FORMAT and tantivy.Index.exists(str(self.folder)):
+        current = state is not None and (state.format, state.references) == (FORMAT, self.references)
+        if state is not None and current and tantivy.Index.exists(str(self.folder)):
             return state
         # No index yet, or one built by another format: start over.
         self._index = None
         self.state_path.unlink(missing_ok=True)
         shutil.rmtree(self.folder, ignore_errors=True)
-        return SyncState(format=FORMAT)
+        return SyncState(format=FORMAT, references=self.references)
 
     def _create(self) -> tantivy.Index:
         self.folder.mkdir(parents=True, exist_ok=True)

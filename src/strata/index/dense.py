@@ -168,7 +168,8 @@ class DenseIndex:
             state.deletion_seq = deletions[-1][0]
             stats.deleted = len(deletions)
         unsaved = 0
-        while batch := store.chunks_after(state.chunk_rowid, limit=READ_BATCH):
+        references = self.settings.reference_entries
+        while batch := store.chunks_after(state.chunk_rowid, limit=READ_BATCH, references=references):
             vectors = np.ascontiguousarray(embed(batch), dtype=np.float32)
             if index is None:
                 state.dimension = vectors.shape[1]
@@ -204,9 +205,15 @@ class DenseIndex:
     def _load_for_writing(self) -> tuple[DenseState, faiss.IndexIDMap | None]:
         state = read_state(self.state_path, DenseState)
         model, title_prefix = self.settings.embedding.model, self.settings.embedding.title_prefix
-        if state is None or state.vectors_file is None or _identity(state) != self._expected_identity():
-            # Nothing saved yet, or vectors from another model or text format: start over.
-            return DenseState(format=FORMAT, model=model, title_prefix=title_prefix), None
+        references = self.settings.reference_entries
+        if (
+            state is None
+            or state.vectors_file is None
+            or _identity(state) != self._expected_identity()
+            or state.references != references
+        ):
+            # Nothing saved yet, or vectors from another model, text format or choice of chunks: start over.
+            return DenseState(format=FORMAT, model=model, title_prefix=title_prefix, references=references), None
         return state, _read_index(self.folder / state.vectors_file)
 
     def _remove(

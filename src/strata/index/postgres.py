@@ -152,8 +152,9 @@ class PostgresBM25Index(_PgIndex, TermSearch):
 
     name = "bm25"
 
-    def __init__(self, store: PostgresCorpusStore) -> None:
+    def __init__(self, store: PostgresCorpusStore, references: bool = False) -> None:
         super().__init__(store)
+        self.references = references
         self.analyzer = english_analyzer()
 
     def __len__(self) -> int:
@@ -192,7 +193,7 @@ class PostgresBM25Index(_PgIndex, TermSearch):
         started = time.perf_counter()
         state = self._state_for_writing()
         stats, expected = self._start_sync(store, state)
-        while batch := store.chunks_after(state.chunk_rowid, limit=READ_BATCH):
+        while batch := store.chunks_after(state.chunk_rowid, limit=READ_BATCH, references=self.references):
             with self._batch_transaction(state, batch) as cursor:
                 self._add(cursor, batch)
             stats.added += len(batch)
@@ -207,11 +208,11 @@ class PostgresBM25Index(_PgIndex, TermSearch):
     def _state_for_writing(self) -> SyncState:
         with self._lock:
             state = self._read_state(SyncState)
-            if state is not None and state.format == BM25_FORMAT:
+            if state is not None and (state.format, state.references) == (BM25_FORMAT, self.references):
                 return state
             with self._db.transaction():  # none yet, or another format: start over
                 self._db.execute("TRUNCATE bm25_postings, bm25_docs, bm25_stats")
-        return SyncState(format=BM25_FORMAT)
+        return SyncState(format=BM25_FORMAT, references=self.references)
 
     def _add(self, cursor: psycopg.Cursor, batch: Sequence[StoredChunk]) -> None:
         lengths: dict[int, list[int]] = {}
@@ -314,7 +315,8 @@ class PostgresDenseIndex(_PgIndex):
         embed = vectors_of or (lambda batch: self.embedder.embed([self.embedding_text(s) for s in batch]))
         state = self._state_for_writing()
         stats, expected = self._start_sync(store, state)
-        while batch := store.chunks_after(state.chunk_rowid, limit=DENSE_BATCH):
+        references = self.settings.reference_entries
+        while batch := store.chunks_after(state.chunk_rowid, limit=DENSE_BATCH, references=references):
             vectors = np.ascontiguousarray(embed(batch), dtype=np.float32)
             with self._batch_transaction(state, batch) as cursor:
                 if not state.dimension:
@@ -345,17 +347,17 @@ class PostgresDenseIndex(_PgIndex):
 
     def _state_for_writing(self) -> PgDenseState:
         model, title_prefix = self.settings.embedding.model, self.settings.embedding.title_prefix
+        references = self.settings.reference_entries
         with self._lock:
             state = self._read_state(PgDenseState)
-            if (
-                isinstance(state, PgDenseState)
-                and (state.format, state.model, state.title_prefix) == (DENSE_FORMAT, model, title_prefix)
-            ):
+            if isinstance(state, PgDenseState) and (
+                state.format, state.model, state.title_prefix, state.references
+            ) == (DENSE_FORMAT, model, title_prefix, references):
                 return state
             with self._db.transaction():  # none yet, or vectors from another model or text format: start over
                 self._db.execute("DROP TABLE IF EXISTS chunk_vectors")
                 self._db.execute("DELETE FROM index_state WHERE name = %s", (self.name,))
-        return PgDenseState(format=DENSE_FORMAT, model=model, title_prefix=title_prefix)
+        return PgDenseState(format=DENSE_FORMAT, model=model, title_prefix=title_prefix, references=references)
 
     def _ensure_hnsw(self) -> None:
         with self._lock:

@@ -47,6 +47,8 @@ class SyncState(BaseModel):
     format: str = Field(description="How the index was built; another value means rebuild")
     chunk_rowid: int = Field(default=0, description="Largest store chunk row id indexed")
     deletion_seq: int = Field(default=0, description="Last store deletion-log entry applied")
+    # Indices written before this field held every chunk, reference entries included.
+    references: bool = Field(default=True, description="Whether reference-list entries are indexed")
 
 
 State = TypeVar("State", bound=SyncState)

@@ -19,7 +19,7 @@ import numpy as np
 
 from strata.config import Settings
 from strata.corpus import Corpus
-from strata.documents.model import Paper
+from strata.documents.model import ContentType, Paper
 from strata.encoders.embedder import Embedder
 from strata.index import CorpusIndex
 from strata.index.dense import embedding_text
@@ -175,6 +175,7 @@ def _embed(papers: Sequence[Paper], settings: Settings) -> dict[tuple[str, int],
          "text": embedding_text(StoredChunk(rowid=0, chunk=chunk, paper_title=paper.title), settings.index.embedding)}
         for paper in papers
         for chunk in paper.chunks
+        if settings.index.reference_entries or chunk.content_type != ContentType.REFERENCE
     ]
     if not rows:
         return {}

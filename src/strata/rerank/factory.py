@@ -20,6 +20,7 @@ from strata.rerank.rerankers import (
 )
 from strata.rerank.texts import PaperTexts
 from strata.store.protocol import PaperStore
+from strata.progress import Progress
 
 LLM_METHODS = ("listwise", "sliding-window", "corank", "corank-truncated", "random-pool")
 
@@ -95,8 +96,9 @@ def extract_features(
     client: LLMClient,
     paper_ids: list[str] | None = None,
     limit: int | None = None,
+    progress: Progress | None = None,
 ) -> ExtractionReport:
     """`strata features`: compact features for the given papers (default: the whole corpus, or its first `limit`
     by id); papers with current cached features cost no LLM call."""
     wanted = paper_ids or store.paper_ids()[:limit]
-    return compact_features(settings, PaperTexts(store), client).ensure(wanted)
+    return compact_features(settings, PaperTexts(store), client).ensure(wanted, progress)

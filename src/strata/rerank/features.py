@@ -16,6 +16,7 @@ from strata.encoders.embedder import Embedder
 from strata.llm import LLMClient, LLMError
 from strata.rerank.model import DocumentFeatures, SectionGist, rerank_prompts
 from strata.rerank.texts import PaperTexts
+from strata.progress import Progress, tell
 
 FEATURES_SCHEMA = """
 CREATE TABLE IF NOT EXISTS features (
@@ -145,12 +146,17 @@ class CompactFeatures:
         self.settings = settings
         self.client = client
 
-    def ensure(self, paper_ids: Iterable[str]) -> ExtractionReport:
+    def ensure(self, paper_ids: Iterable[str], progress: Progress | None = None) -> ExtractionReport:
         """Extract features for every paper without current cached ones (at most once per content hash)."""
         started = time.perf_counter()
         ids = list(dict.fromkeys(paper_ids))
         todo = self.cache.stale(ids, self.texts)
-        failed = [paper_id for paper_id in todo if self._extract(paper_id) is None]
+        failed = []
+        for number, paper_id in enumerate(todo):
+            tell(progress, "papers", number, len(todo), paper_id)
+            if self._extract(paper_id) is None:
+                failed.append(paper_id)
+        tell(progress, "papers", len(todo), len(todo))
         return ExtractionReport.of_run(len(ids), len(todo), failed, started)
 
     def _extract(self, paper_id: str) -> StoredFeatures | None:

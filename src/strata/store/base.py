@@ -259,9 +259,11 @@ class SqlCorpusStore:
             for rowid, pid, ordinal, text, ctype, path, page, start, end, title in rows
         ]
 
-    def chunks_after(self, rowid: int, limit: int = 1000) -> list[StoredChunk]:
-        """Chunks with a larger row id, in row id order: how indices catch up with the store."""
-        return self._chunks_where("c.rowid > ? ORDER BY c.rowid LIMIT ?", [rowid, limit])
+    def chunks_after(self, rowid: int, limit: int = 1000, *, references: bool = True) -> list[StoredChunk]:
+        """Chunks with a larger row id, in row id order: how indices catch up with the store. `references=False`
+        leaves out reference-list entries."""
+        kinds = "" if references else f" AND c.content_type <> '{ContentType.REFERENCE.value}'"
+        return self._chunks_where(f"c.rowid > ?{kinds} ORDER BY c.rowid LIMIT ?", [rowid, limit])
 
     def get_chunks(self, rowids: Iterable[int]) -> dict[int, StoredChunk]:
         """Live chunks by row id; ids of deleted chunks are simply absent."""

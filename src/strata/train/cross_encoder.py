@@ -22,6 +22,7 @@ from strata.encoders.cross_encoder import BASE_MODEL
 from strata.encoders.embedder import resolve_model_path
 from strata.eval.retrieval import evaluate_run
 from strata.llm import LLMClient
+from strata.progress import Progress, tell
 from strata.relate.signals import PaperVectors
 from strata.rerank.crossencoder import FUSION_FILE, CrossEncoderReranker, trained_model_dir
 from strata.rerank.fusion import FusionChoice, choose_weight
@@ -125,6 +126,7 @@ def fit_cross_encoder(
     validate: Callable[[CrossEncoder], float] | None = None,
     log: Log = _stderr,
     complete: Callable[[Path], None] | None = None,
+    progress: Progress | None = None,
 ) -> list[EpochReport]:
     """Fine-tunes MiniLM with a fresh one-logit head on the pairs, one report per epoch; with `validate`, stops after
     `train_patience` epochs without a better validation score and leaves the best epoch's model in `output`.
@@ -180,6 +182,8 @@ def fit_cross_encoder(
             optimizer.step()
             losses.append(loss.item())
             steps += 1
+            tell(progress, f"epoch {epoch} steps", start // per_step + 1, -(-len(groups) // per_step),
+                 f"loss {np.mean(losses[-100:]):.3f}")
             if steps % 100 == 0:
                 log(f"  epoch {epoch} step {steps}: loss {np.mean(losses[-100:]):.3f} "
                     f"({time.perf_counter() - started:.0f}s)")
@@ -237,7 +241,9 @@ def paper_similarity(corpus: Corpus) -> Similarity:
     return similarity
 
 
-def train_cross_encoder(corpus: Corpus, client: LLMClient | None = None, log: Log = _stderr) -> TrainingReport:
+def train_cross_encoder(
+    corpus: Corpus, client: LLMClient | None = None, log: Log = _stderr, progress: Progress | None = None
+) -> TrainingReport:
     """Build training queries from the corpus (and `rerank.train_passages` LLM queries when `client` is given), mine
     negatives, train with validation, choose the fusion weight; saves to `trained_model_dir`, with `fusion.json`
     beside the model, where `make_reranker` finds both."""
@@ -255,7 +261,7 @@ def train_cross_encoder(corpus: Corpus, client: LLMClient | None = None, log: Lo
     queries = corpus_queries(texts, paper_ids, rerank)
     failed = 0
     if client is not None and rerank.train_passages:
-        generated, failed = llm_queries(texts, paper_ids, rerank, client)
+        generated, failed = llm_queries(texts, paper_ids, rerank, client, progress)
         queries += generated
     train, held = split_by_paper(queries, rerank.train_validation_share, rerank.train_seed)
     # A random cap, so every source (the LLM's queries come last) keeps its share of the validation queries.
@@ -265,7 +271,7 @@ def train_cross_encoder(corpus: Corpus, client: LLMClient | None = None, log: Lo
     if not held:
         raise ValueError("no validation queries came from the held-out papers; raise rerank.train_validation_share")
     unseen = {query.paper_id for query in held}  # validation papers are not even negatives in training
-    pairs, dropped = mined_pairs(train, corpus.searcher, texts, rerank, similarity, exclude=unseen)
+    pairs, dropped = mined_pairs(train, corpus.searcher, texts, rerank, similarity, exclude=unseen, progress=progress)
     validation = Validation(held, corpus, rerank.cross_encoder_depth)
     first_stage = validation.ndcg({qid: ranking.paper_ids for qid, ranking in validation.first.items()})
     generated_at = time.perf_counter()
@@ -293,7 +299,7 @@ def train_cross_encoder(corpus: Corpus, client: LLMClient | None = None, log: Lo
             "".join(pair.model_dump_json() + "\n" for pair in pairs), encoding="utf-8"
         )
 
-    epochs = fit_cross_encoder(pairs, settings, output, validate, log, complete)
+    epochs = fit_cross_encoder(pairs, settings, output, validate, log, complete, progress)
     fusion = chosen[0]
     return TrainingReport(
         model_dir=str(output),

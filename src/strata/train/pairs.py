@@ -23,6 +23,7 @@ from pydantic import BaseModel, Field
 from strata.config import RerankSettings
 from strata.documents.builder import SENTENCE_END
 from strata.llm import LLMClient, LLMError, PromptRegistry
+from strata.progress import Progress, tell
 from strata.rerank.texts import PaperTexts
 from strata.retrieve.protocol import Searcher
 
@@ -99,7 +100,11 @@ def corpus_queries(texts: PaperTexts, paper_ids: Sequence[str], settings: Rerank
 
 
 def llm_queries(
-    texts: PaperTexts, paper_ids: Sequence[str], settings: RerankSettings, client: LLMClient
+    texts: PaperTexts,
+    paper_ids: Sequence[str],
+    settings: RerankSettings,
+    client: LLMClient,
+    progress: Progress | None = None,
 ) -> tuple[list[TrainingQuery], int]:
     """(queries, failed generations): one LLM query for each of `train_passages` sampled papers' passage."""
     rng = random.Random(settings.train_seed + 1)  # another sample than the corpus queries'
@@ -107,7 +112,8 @@ def llm_queries(
     prompts = training_prompts()
     queries: list[TrainingQuery] = []
     failed = 0
-    for paper_id in sampled:
+    for number, paper_id in enumerate(sampled):
+        tell(progress, "LLM queries", number, len(sampled))
         positive = texts.passage(paper_id, settings.passage_words)
         try:
             answer = client.complete(prompts.render("rerank_query_gen", passage=positive), SyntheticQuery,
@@ -134,6 +140,7 @@ def mined_pairs(
     settings: RerankSettings,
     similarity: Similarity | None,
     exclude: Collection[str] = (),
+    progress: Progress | None = None,
 ) -> tuple[list[TrainingPair], int]:
     """(pairs, negatives dropped as likely false): each query's positive, then `train_negatives` papers drawn from
     its BM25 hits (its own paper and `exclude` left out; with `similarity`, papers the dense encoder scores above the
@@ -143,6 +150,7 @@ def mined_pairs(
     for query in queries:
         hits = searcher.search(query.query, k=settings.train_negative_depth, method="bm25", prf=False)
         pools.append([pid for pid in hits.paper_ids if pid != query.paper_id and pid not in exclude])
+        tell(progress, "negatives mined", len(pools), len(queries))
     dropped = 0
     if similarity is not None:
         rows = similarity([query.query for query in queries], [[q.paper_id, *pool] for q, pool in zip(queries, pools)])

@@ -15,9 +15,12 @@ from strata.toc.query import adapter_folder, resolve_document, toc_for
 from strata.toc.retriever import toc_llm_settings
 from strata.toc.synthetic import QuestionCache, generate_questions, split_questions
 from strata.train.toc_lora import Log, TrainReport, adapter_meta, train_adapter, training_examples
+from strata.progress import Progress
 
 
-def train_toc_adapter(settings: Settings, document: str, log: Log = print) -> tuple[TrainReport, Path]:
+def train_toc_adapter(
+    settings: Settings, document: str, log: Log = print, progress: Progress | None = None
+) -> tuple[TrainReport, Path]:
     """Train and save `document`'s STAIR adapter (used by `run_toc_query` from then on): synthetic questions from
     the configured LLM (cached), then LoRA on `toc.train_model`, on CUDA when present. Returns the training report
     and the adapter's folder."""
@@ -40,7 +43,9 @@ def train_toc_adapter(settings: Settings, document: str, log: Log = print) -> tu
         train, dev = training_examples(encoder, "stair", [toc], splits)
         log(f"stair: {len(train)} train and {len(dev)} dev questions")
         tries = {toc.paper_id: encoder.trie(toc)}
-        tuned, report = train_adapter(model, encoder, "stair", train, dev, tries, settings.toc, seed, log)
+        tuned, report = train_adapter(
+            model, encoder, "stair", train, dev, tries, settings.toc, seed, log, progress=progress
+        )
     except ValueError as error:  # no questions, or a ToC too long for the context: a failed training, exit 1
         raise RuntimeError(f"training the ToC adapter of {paper.id} failed: {error}") from error
     folder = adapter_folder(settings, paper.id)

@@ -18,6 +18,7 @@ from strata.toc.decode import autocast, rank_prompts, shared_prefix_length
 from strata.toc.encode import Example, Mode, PromptEncoder
 from strata.toc.model import DocumentToc, TrainingQuestion
 from strata.toc.trie import LabelTrie
+from strata.progress import Progress, tell
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -90,6 +91,7 @@ def train_adapter(
     log: Log = print,
     budget_s: float | None = None,
     dev_batch: int = 1,
+    progress: Progress | None = None,
 ) -> tuple[Any, TrainReport]:
     """Wrap `model` with a fresh LoRA adapter and train it; early stopping keeps the weights of the best dev R@1.
 
@@ -112,7 +114,7 @@ def train_adapter(
     peft_model = get_peft_model(model, config)
     try:
         return peft_model, _train(
-            peft_model, encoder, mode, train, dev, tries, settings, seed, log, budget_s, dev_batch
+            peft_model, encoder, mode, train, dev, tries, settings, seed, log, budget_s, dev_batch, progress
         )
     except BaseException:
         peft_model.unload()
@@ -131,6 +133,7 @@ def _train(
     log: Log,
     budget_s: float | None,
     dev_batch: int,
+    progress: Progress | None,
 ) -> TrainReport:
     import torch
 
@@ -152,6 +155,7 @@ def _train(
         optimizer.zero_grad(set_to_none=True)
         losses.append(loss.item())
         step += 1
+        tell(progress, f"{mode} steps", step, max_steps, f"loss {loss.item():.3f}")
         last = step >= max_steps or (budget_s is not None and time.perf_counter() - started > budget_s)
         if step % check_every == 0 or last:
             peft_model.eval()
