@@ -2,6 +2,7 @@
 
     nice -n 10 python benchmarks/lit3r_retrieval.py --part no-llm            # every question, no LLM
     nice -n 10 python benchmarks/lit3r_retrieval.py --part llm --llm-questions 10
+    nice -n 10 python benchmarks/lit3r_retrieval.py --part weights --datasets scifact   # choose Relate's fusion
 
 On SciFact test claims (BEIR qrels; gold = cited abstracts) and the LitQA2 questions over their 39 PDFs (gold = the
 PDF of the question's source DOI). Rows:
@@ -10,6 +11,8 @@ PDF of the question's source DOI). Rows:
   A+B, A+B -signal    ... plus Relate, and Relate with each of its three signals removed in turn
   llm subset: ...     on a capped subset (half multi-gold where possible): the same rows, then 'A llm' rows with
                       the embedded LLM's decomposition and verification (up to 3 rounds) before the same Relate rows
+  weights             on SciFact's train claims (never the test ones): the A+B fusion grid (relate.keep_a,
+                      relate.weight_b) and the setting chosen by `choose_fusion`'s rule
 Each Relate row reuses its question's retrieval run, so rows differ only in Relate. Recall@k is per question
 |gold ∩ top k| / |gold|, averaged; claims citing several abstracts are also reported alone (multi-gold).
 LLM calls/tokens per question come from the trace (cache hits included, and counted); wall times are per question.
@@ -25,10 +28,12 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
 from pydantic import BaseModel, Field
 
 from strata.config import Settings
 from strata.corpus import Corpus
+from strata.eval.compare import paired_p_value
 from strata.eval.datasets import EvalQuery, load_dataset
 from strata.eval.results import DatasetRef, Experiment, ResultFile, merged, new_result, repo_relative, update_result
 from strata.llm import LLMClient, Trace, TraceSummary, make_client
@@ -47,6 +52,8 @@ STORES = {
     "litqa2": REPO / ".strata" / "litqa2",
 }
 DATASETS = {"scifact": (DATA / "scifact" / "beir", "test"), "litqa2": (DATA / "litqa2", None)}
+VALIDATION_SPLIT = "train"  # BEIR SciFact's train claims: where Relate's fusion is chosen
+FUSION_GRID = [(keep, weight) for keep in (0, 3, 5, 10) for weight in (0.25, 0.5, 1.0, 2.0)]
 KS = (1, 10, 50)
 SIGNALS = ("embedding", "references", "bm25")
 # Relate variants: row suffix -> relate settings
@@ -72,10 +79,22 @@ class Row(BaseModel):
     relate_seconds_per_question: float = Field(default=0.0, description="Wall time of Relate and the fusion")
     rounds_per_question: float = 1.0
     reranker: str = "none"
+    p_vs_relate_off: dict[str, float] = Field(
+        default_factory=dict, description="Paired randomization test of per-question recall@k against the same run "
+        "with Relate off"
+    )
 
 
 def recall(ids: Sequence[str], gold: dict[str, int], k: int) -> float:
     return len(set(ids[:k]) & set(gold)) / len(gold)
+
+
+def p_value(queries: list[EvalQuery], baseline: list[list[str]], system: list[list[str]], k: int) -> float:
+    """Paired randomization test of per-question recall@k."""
+    def per_question(rankings: list[list[str]]) -> np.ndarray:
+        return np.array([recall(ranking, query.gold_papers, k) for ranking, query in zip(rankings, queries)])
+
+    return paired_p_value(per_question(baseline), per_question(system))
 
 
 def summarise(dataset: str, name: str, queries: list[EvalQuery], rankings: list[list[str]], **extra: float) -> Row:
@@ -153,12 +172,16 @@ def run_rows(
         "reranker": reranker.name,
     }
     rows = []
+    relate_off: list[list[str]] = []
     for suffix, overrides in RELATE_VARIANTS.items():
         settings = settings_for(dataset, **overrides)
         started = time.perf_counter()
         rankings = [expand_and_fuse(run, corpus=corpus, settings=settings).candidates.paper_ids for run in runs]
         relate_seconds = (time.perf_counter() - started) / len(queries)
-        rows.append(summarise(dataset, f"{prefix}{suffix}", queries, rankings, relate_seconds_per_question=relate_seconds, **llm))
+        relate_off = relate_off or rankings  # the first variant is Relate off
+        tests = {f"R@{k}": p_value(queries, relate_off, rankings, k) for k in KS} if rankings is not relate_off else {}
+        rows.append(summarise(dataset, f"{prefix}{suffix}", queries, rankings, relate_seconds_per_question=relate_seconds,
+                              p_vs_relate_off=tests, **llm))
         print(format_row(rows[-1]), file=sys.stderr, flush=True)
     return rows
 
@@ -168,6 +191,53 @@ def hybrid_row(dataset: str, queries: list[EvalQuery], corpus: Corpus) -> Row:
     rankings = [corpus.searcher.search(query.text, k=max(KS), method="hybrid", prf=False).paper_ids for query in queries]
     seconds = (time.perf_counter() - started) / len(queries)
     return summarise(dataset, "hybrid", queries, rankings, retrieve_seconds_per_question=seconds)
+
+
+def fusion_rows(dataset: str, queries: list[EvalQuery], corpus: Corpus) -> list[Row]:
+    """A with PRF on (retrieve.prf's earlier default), then A alone and A+B at every (keep_a, weight_b) of the grid
+    on one retrieval run per question."""
+
+    def runs_with(prf: bool) -> tuple[list[RetrievalRun], dict[str, float]]:
+        base = settings_for(dataset, **{"retrieve.prf": prf})
+        retriever = QuestionRetriever(corpus.searcher, corpus.store, make_reranker(base, corpus.store),
+                                      base.retrieve, None, base.search.rrf_k)
+        started = time.perf_counter()
+        runs = [retriever.run(query.text, Trace()) for query in queries]
+        return runs, {"retrieve_seconds_per_question": (time.perf_counter() - started) / len(queries)}
+
+    alone = settings_for(dataset, **{"relate.enabled": False})
+    prf_runs, prf_seconds = runs_with(True)
+    with_prf = [expand_and_fuse(run, corpus=corpus, settings=alone).candidates.paper_ids for run in prf_runs]
+    rows = [summarise(row_dataset(dataset, "weights"), f"{VALIDATION_SPLIT}: A +PRF", queries, with_prf, **prf_seconds)]
+    runs, seconds = runs_with(False)
+    expansions = [expand_and_fuse(run, corpus=corpus, settings=settings_for(dataset)).expansion for run in runs]
+    for keep, weight in [(0, 0.0), *FUSION_GRID]:
+        overrides = {"relate.keep_a": keep, "relate.weight_b": weight, "relate.enabled": weight > 0}
+        settings = settings_for(dataset, **overrides)
+        rankings = [
+            expand_and_fuse(run, corpus=corpus, settings=settings, expansion=expansion).candidates.paper_ids
+            for run, expansion in zip(runs, expansions)
+        ]
+        name = f"{VALIDATION_SPLIT}: A" if weight == 0 else f"{VALIDATION_SPLIT}: A+B keep_a={keep} weight_b={weight}"
+        rows.append(summarise(row_dataset(dataset, "weights"), name, queries, rankings, **seconds))
+        print(format_row(rows[-1]), file=sys.stderr, flush=True)
+    return rows
+
+
+def choose_fusion(rows: list[Row]) -> Row:
+    """The grid row with the best R@50 (Relate's job: the 50 candidates) among those whose recall at every k, over
+    all questions and over the multi-gold ones, is no lower than A's alone; A itself when none qualifies. Ties go to
+    the earlier row of the grid (fewer kept papers, smaller weight)."""
+    alone, grid = rows[0], rows[1:]  # rows without the PRF row
+
+    def no_loss(row: Row) -> bool:
+        return all(
+            row.recall[k] >= alone.recall[k] and row.multi_gold_recall[k] >= alone.multi_gold_recall[k]
+            for k in alone.recall
+        )
+
+    allowed = [row for row in grid if no_loss(row)]
+    return max(allowed, key=lambda row: row.recall["R@50"], default=alone)
 
 
 def llm_subset(queries: list[EvalQuery], cap: int) -> list[EvalQuery]:
@@ -181,12 +251,14 @@ def llm_subset(queries: list[EvalQuery], cap: int) -> list[EvalQuery]:
 
 def evaluate(dataset: str, llm_cap: int, part: str) -> tuple[list[Row], dict[str, int]]:
     folder, split = DATASETS[dataset]
-    loaded = load_dataset(folder, split=split)
+    loaded = load_dataset(folder, split=VALIDATION_SPLIT if part == "weights" else split)
     with Corpus.open(settings_for(dataset)) as corpus:
         judged = [q for q in loaded.queries if q.gold_papers]
         queries = gold_in_store(judged, corpus)
         print(f"{dataset}: {len(queries)} questions with gold in the store", file=sys.stderr, flush=True)
         counts = {"questions": len(queries), "questions_without_gold_in_store": len(judged) - len(queries)}
+        if part == "weights":
+            return fusion_rows(dataset, queries, corpus), counts
         if part == "no-llm":
             return [hybrid_row(dataset, queries, corpus), *run_rows(dataset, queries, corpus, None, "A")], counts
         subset = llm_subset(queries, llm_cap)
@@ -218,8 +290,9 @@ HEADER = (
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--datasets", nargs="+", default=list(DATASETS), choices=list(DATASETS))
-    parser.add_argument("--part", choices=["no-llm", "llm"], default="no-llm",
-                        help="no-llm: every question, no LLM; llm: the capped subset, with and without the LLM")
+    parser.add_argument("--part", choices=["no-llm", "llm", "weights"], default="no-llm",
+                        help="no-llm: every question, no LLM; llm: the capped subset, with and without the LLM; "
+                             "weights: Relate's fusion grid on the validation split")
     parser.add_argument("--llm-questions", type=int, default=10, help="Questions per dataset in the LLM rows")
     parser.add_argument("--output", type=Path, default=RESULTS / "lit3r_retrieval.json")
     args = parser.parse_args()
@@ -230,7 +303,8 @@ def main() -> None:
         "benchmarks/lit3r_retrieval.py",
         [experiment(row) for rows, _ in results.values() for row in rows],
         datasets=[
-            DatasetRef(name=dataset, path=repo_relative(DATASETS[dataset][0], REPO), split=DATASETS[dataset][1])
+            DatasetRef(name=row_dataset(dataset, args.part), path=repo_relative(DATASETS[dataset][0], REPO),
+                       split=VALIDATION_SPLIT if args.part == "weights" else DATASETS[dataset][1])
             for dataset in results
         ],
         settings={"retrieve": settings.retrieve.model_dump(mode="json"),
@@ -249,6 +323,13 @@ def main() -> None:
     for rows, _ in results.values():
         for row in rows:
             print(format_row(row))
+        if args.part == "weights":
+            print(f"chosen: {choose_fusion(rows[1:]).name}")
+
+
+def row_dataset(dataset: str, part: str) -> str:
+    """The validation rows are of another split than the test rows, so another dataset entry."""
+    return f"{dataset}-{VALIDATION_SPLIT}" if part == "weights" else dataset
 
 
 def experiment(row: Row) -> Experiment:
@@ -264,7 +345,7 @@ def experiment(row: Row) -> Experiment:
             include={"llm_calls_per_question", "llm_cache_hits_per_question", "tokens_in_per_question",
                      "tokens_out_per_question", "retrieve_seconds_per_question", "relate_seconds_per_question"}
         ),
-        details=row.model_dump(include={"multi_gold_questions", "rounds_per_question", "reranker"}),
+        details=row.model_dump(include={"multi_gold_questions", "rounds_per_question", "reranker", "p_vs_relate_off"}),
     )  # fmt: skip
 
 

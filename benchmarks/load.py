@@ -4,7 +4,10 @@
 
 The server runs as its own process (`strata serve` on 127.0.0.1 and a free port), so that it and the clients do
 not share one interpreter lock. Queries are the LitQA2 questions, cycled. Bounded: the clients stop at the deadline,
-the server is stopped at the end. Writes benchmarks/results/load.json (strata.eval.results) and prints a table.
+the server is stopped at the end. Writes benchmarks/results/load.json (strata.eval.results; experiments of other
+names already in the file are kept, so a `--name 'hybrid (before)'` run stays beside the current one) and prints
+a table. The clients speak plain keep-alive HTTP/1.1 (`--client httpx` for the AsyncClient of the first runs, which
+spent more CPU per request than the server did, so on 2 cores it measured itself).
 """
 
 from __future__ import annotations
@@ -17,11 +20,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from urllib.parse import urlencode
 
 import httpx
 import numpy as np
 
-from strata.eval.results import DatasetRef, Experiment, new_result, repo_relative, write_result
+from strata.eval.results import DatasetRef, Experiment, merged, new_result, repo_relative, update_result
 
 ROOT = Path(__file__).resolve().parent
 QUESTIONS = ROOT.parent.parent / "shared" / "data" / "litqa2" / "questions.jsonl"
@@ -52,7 +56,10 @@ def wait_until_healthy(url: str, server: subprocess.Popen) -> dict:
     raise TimeoutError(f"the server at {url} was not healthy within {STARTUP_TIMEOUT_S}s")
 
 
-async def run_clients(url: str, queries: list[str], clients: int, seconds: float, method: str, k: int) -> dict:
+async def run_clients(url: str, queries: list[str], clients: int, seconds: float, method: str, k: int,
+                      client: str = "raw") -> dict:
+    if client == "raw":
+        return await run_raw_clients(url, queries, clients, seconds, method, k)
     latencies: list[float] = []
     errors: dict[str, int] = {}
     methods: set[str] = set()
@@ -80,6 +87,77 @@ async def run_clients(url: str, queries: list[str], clients: int, seconds: float
     async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits) as http:
         await asyncio.gather(*(client_loop(worker, http) for worker in range(clients)))
     elapsed = time.monotonic() - started
+    return summary(latencies, errors, methods, elapsed)
+
+
+async def run_raw_clients(url: str, queries: list[str], clients: int, seconds: float, method: str, k: int) -> dict:
+    """The same loop as the httpx clients, over plain keep-alive HTTP/1.1 connections (one per client): httpx
+    spent ~10x the server's CPU per request, so on 2 cores it, not the server, set the measured throughput."""
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    latencies: list[float] = []
+    errors: dict[str, int] = {}
+    methods: set[str] = set()
+    deadline = time.monotonic() + seconds
+    requests = [
+        f"GET /search?{urlencode({'q': query, 'k': k, 'method': method})} HTTP/1.1\r\nHost: {host}\r\n\r\n".encode()
+        for query in queries
+    ]
+
+    def failed(kind: str) -> None:
+        errors[kind] = errors.get(kind, 0) + 1
+
+    async def client_loop(worker: int) -> None:
+        turn = worker
+        connection: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
+        while time.monotonic() < deadline:
+            request = requests[turn % len(requests)]
+            turn += clients
+            started = time.perf_counter()
+            try:
+                if connection is None:
+                    connection = await asyncio.open_connection(host, int(port))
+                reader, writer = connection
+                writer.write(request)
+                status, body = await asyncio.wait_for(read_response(reader), timeout=60)
+            except (OSError, asyncio.IncompleteReadError, asyncio.TimeoutError, ValueError) as error:
+                failed(type(error).__name__)
+                if connection is not None:
+                    connection[1].close()
+                connection = None
+                continue
+            if status != 200:
+                failed(f"HTTP {status}")
+                continue
+            # Every 50th body is parsed whole (a JSON ranking); the others give their method by a string search.
+            methods.add(json.loads(body)["method"] if len(latencies) % 50 == 0 else _method_of(body))
+            latencies.append(time.perf_counter() - started)
+        if connection is not None:
+            connection[1].close()
+
+    started = time.monotonic()
+    await asyncio.gather(*(client_loop(worker) for worker in range(clients)))
+    elapsed = time.monotonic() - started
+    return summary(latencies, errors, methods, elapsed)
+
+
+async def read_response(reader: asyncio.StreamReader) -> tuple[int, bytes]:
+    """(status, body) of one HTTP/1.1 response with a Content-Length (what uvicorn sends for a JSON body)."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    status = int(lines[0].split(" ", 2)[1])
+    headers = dict(line.split(":", 1) for line in lines[1:] if ":" in line)
+    length = next((int(value) for name, value in headers.items() if name.strip().lower() == "content-length"), None)
+    if length is None:
+        raise ValueError("a response without Content-Length")
+    return status, await reader.readexactly(length)
+
+
+def _method_of(body: bytes) -> str:
+    start = body.index(b'"method":"') + len(b'"method":"')
+    return body[start : body.index(b'"', start)].decode()
+
+
+def summary(latencies: list[float], errors: dict[str, int], methods: set[str], elapsed: float) -> dict:
     ms = np.array(latencies) * 1000 if latencies else np.zeros(1)
     return {
         "requests_ok": len(latencies),
@@ -101,20 +179,33 @@ def main() -> int:
     parser.add_argument("--method", choices=["bm25", "dense", "hybrid"], default="hybrid")
     parser.add_argument("--k", type=int, default=10)
     parser.add_argument("--output", default=str(ROOT / "results" / "load.json"))
+    parser.add_argument("--client", choices=["raw", "httpx"], default="raw",
+                        help="raw: plain keep-alive HTTP/1.1 connections; httpx: the AsyncClient the first runs used "
+                        "(it costs the machine more CPU than the server)")
+    parser.add_argument("--name", help="experiment name (default: the method); a file keeps the experiments of "
+                        "other names that earlier runs wrote, e.g. 'bm25 (before #22)' beside 'bm25'")
+    parser.add_argument("--url", help="load this already running server (e.g. one under a profiler) instead of "
+                        "starting one; nothing is written unless --output is given explicitly")
     args = parser.parse_args()
 
     queries = [json.loads(line)["question"] for line in QUESTIONS.read_text().splitlines() if line.strip()]
-    url = f"http://127.0.0.1:{free_port()}"
-    server = start_server(Path(args.home), int(url.rsplit(":", 1)[1]))
-    try:
-        health = wait_until_healthy(url, server)
-        outcome = asyncio.run(run_clients(url, queries, args.clients, args.seconds, args.method, args.k))
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
+    if args.url:
+        health = httpx.get(f"{args.url}/health", timeout=30).json()
+        outcome = asyncio.run(run_clients(args.url, queries, args.clients, args.seconds, args.method, args.k,
+                                          args.client))
+    else:
+        url = f"http://127.0.0.1:{free_port()}"
+        server = start_server(Path(args.home), int(url.rsplit(":", 1)[1]))
+        try:
+            health = wait_until_healthy(url, server)
+            outcome = asyncio.run(run_clients(url, queries, args.clients, args.seconds, args.method, args.k,
+                                              args.client))
+        finally:
+            server.terminate()
+            server.wait(timeout=30)
     latency = outcome["latency_ms"]
     run = Experiment(
-        name=args.method, method=args.method, dataset="litqa2", queries=len(queries),
+        name=args.name or args.method, method=args.method, dataset="litqa2", queries=len(queries),
         metrics={name: outcome[name] for name in ("requests_ok", "errors", "throughput_rps")},
         cost={"elapsed_s": outcome["elapsed_s"], **{f"latency_{name}_ms": value for name, value in latency.items()}},
         details={name: outcome[name] for name in ("error_kinds", "search_methods_served")},
@@ -123,10 +214,10 @@ def main() -> int:
         "benchmarks/load.py",
         [run],
         datasets=[DatasetRef(name="litqa2", path=repo_relative(QUESTIONS, ROOT.parent))],
-        settings={"clients": args.clients, "seconds": args.seconds, "k": args.k},
+        settings={"clients": args.clients, "seconds": args.seconds, "k": args.k, "client": args.client},
         details={"corpus": {"papers": health["corpus"]["papers"], "chunks": health["corpus"]["chunks"]}},
     )
-    write_result(result, Path(args.output))
+    update_result(Path(args.output), lambda earlier: merged(earlier, result))
     header = ("clients", "seconds", "ok", "errors", "req/s", "p50 ms", "p95 ms", "p99 ms")
     print(" ".join(f"{name:>8}" for name in header))
     print(f"{args.clients:>8} {args.seconds:>8.0f} {outcome['requests_ok']:>8} {outcome['errors']:>8} "

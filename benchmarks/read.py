@@ -1,21 +1,31 @@
 """Read benchmark: `ask` (Retrieve -> Relate -> Read) with the embedded model on LitQA2 and SciFact dev claims.
 
     nice -n 10 python benchmarks/read.py [--litqa2-limit N] [--scifact-limit N] [--max-papers N]
+        [--choice letter|calibrated|likelihood|grounding] [--grounding-weight W] [--accept-all]
 
 LitQA2: the multiple-choice questions over their 39 PDFs (store built by `strata ingest` at .strata/litqa2):
 accuracy, precision (correct / answered), coverage, the gold paper among the cited papers, evidence overlap with the
 key passage. SciFact: dev claims that have rationales (capped), asked as text questions over the BEIR corpus store:
 precision / recall / F1 of the quoted evidence sentences against the rationale sentences. Both stores are only read;
 Relate's paper-vector cache goes to benchmarks/results/tmp/. Writes benchmarks/results/read.json and prints a table.
+
+`--choice grounding` picks the option by lexical grounding alone (no LLM in the choice): the baseline the LLM must
+beat. `--accept-all` also takes the LLM out of local reading (every paper read is accepted with all its passages),
+so a row measures the evidence-grounding rule with no LLM at all. Choose weights on LitQA2 dev only.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
-from strata.config import Settings
+from strata.config import ReadSettings, Settings
+from strata.documents.model import Candidate, ChunkHit
+from strata.llm import Trace
+from strata.pipeline import ask as pipeline_module
+from strata.read.model import PaperReading
 from strata.eval.qa import QAEvalResult, QAPrediction, qa_dataset, qa_experiment, run_qa_eval
 from strata.eval.results import DatasetRef, Experiment, ResultFile, merged, new_result, repo_relative, update_result
 
@@ -35,14 +45,53 @@ SCIFACT_STORE = REPO / ".strata" / "eval" / "scifact-ccca1f829cea-6046c948"
 RUN_OVERRIDES = {"scifact": {"relate.embedding": False}, "litqa2": {"index.dense": False}}
 
 
+class AcceptEveryPaper:
+    """Local reading without the LLM (`--accept-all`): every paper read is accepted, all its passages shown to the
+    grounding and its first passage supporting."""
+
+    def __init__(self, client: object, settings: ReadSettings) -> None:
+        self.settings = settings
+
+    def read(self, question: str, candidate: Candidate, passages: list[ChunkHit], trace: Trace) -> PaperReading:
+        return PaperReading(paper_id=candidate.paper_id, title=candidate.title, rank=candidate.rank, relevant=1.0,
+                            sufficient=1.0, accepted=bool(passages), passages=passages[:1], shown=passages)
+
+
+def run_name(name: str, args: argparse.Namespace) -> str:
+    """The experiment's name: dataset, option choice, and the grounding weight or 'no LLM' where they apply."""
+    parts = [args.choice, *(["default pipeline"] if args.default_pipeline else [])]
+    if args.choice != "grounding" and args.grounding_weight is not None:
+        parts.append(f"grounding {args.grounding_weight:g}")
+    if args.accept_all:
+        parts.append("no LLM reading")
+    parts.extend(f"{key}={value}" for key, value in args.set)
+    return f"{name} ({', '.join(parts)})"
+
+
+def setting(text: str) -> tuple[str, object]:
+    """'relate.enabled=false' -> ('relate.enabled', False): the value read as JSON, else kept as a string."""
+    key, _, value = text.partition("=")
+    try:
+        return key, json.loads(value)
+    except json.JSONDecodeError:
+        return key, value
+
+
 def settings_for(name: str, args: argparse.Namespace) -> Settings:
+    weights = {} if args.grounding_weight is None else {"read.grounding_weight": args.grounding_weight}
+    # The cheap benchmark setup (fewer papers and passages, no LLM retrieval), unless the default pipeline is asked.
+    cheap = {} if args.default_pipeline else {
+        **RUN_OVERRIDES[name],
+        "read.max_papers": args.max_papers,
+        "read.passages_per_paper": args.passages,
+        "read.max_evidence": args.max_evidence,
+        "read.llm_retrieval": args.llm_retrieval,
+    }
     return Settings.load(
         overrides={
-            **RUN_OVERRIDES[name],
-            "read.max_papers": args.max_papers,
-            "read.passages_per_paper": args.passages,
-            "read.max_evidence": args.max_evidence,
-            "read.llm_retrieval": args.llm_retrieval,
+            **cheap,
+            **weights,
+            **dict(args.set),
             "read.choice": args.choice,
             "relate.paper_vector_cache": str(WORK / f"relate-{name}"),
             "llm.n_threads": 1,  # the benchmark shares two cores with other work
@@ -64,15 +113,17 @@ def show(prediction: QAPrediction) -> None:
 
 def experiment(result: QAEvalResult, args: argparse.Namespace, name: str) -> Experiment:
     """The run as an experiment named after its dataset and option choice, with the caps it ran under."""
-    run = qa_experiment(result, f"{name} ({args.choice})")
+    run = qa_experiment(result, run_name(name, args))
     caps = {
+        "grounding_weight": result.settings["read"]["grounding_weight"],
+        "accept_all": args.accept_all,
         "max_papers": args.max_papers,
         "passages_per_paper": args.passages,
         "max_evidence": args.max_evidence,
         "llm_retrieval": args.llm_retrieval,
         "choice": args.choice,
         "limit": result.limit,
-        "overrides": RUN_OVERRIDES[name],
+        "overrides": {**RUN_OVERRIDES[name], **dict(args.set)},
     }
     return run.model_copy(update={"details": {"caps": caps, "models": run.details["models"]}})
 
@@ -93,20 +144,33 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--litqa2-limit", type=int, default=23, help="LitQA2 questions (all 23 by default)")
     parser.add_argument("--scifact-limit", type=int, default=10, help="SciFact dev claims with rationales")
+    parser.add_argument("--default-pipeline", action="store_true",
+                        help="every setting at its default (dense on, LLM retrieval on, 8 papers read), instead of "
+                             "the cheap setup the --max-papers/--passages/--max-evidence/--llm-retrieval flags set")
+    parser.add_argument("--litqa2-store", type=Path, default=LITQA2_STORE, help="store holding the 39 LitQA2 PDFs")
     parser.add_argument("--max-papers", type=int, default=3, help="papers read per question")
     parser.add_argument("--max-evidence", type=int, default=4, help="evidence passages given to synthesis")
     parser.add_argument("--passages", type=int, default=2, help="passages shown per paper")
     parser.add_argument("--llm-retrieval", action=argparse.BooleanOptionalAction, default=False,
                         help="let Retrieve decompose and verify with the LLM (slow on 2 shared cores)")
-    parser.add_argument("--choice", choices=("letter", "calibrated", "likelihood"), default="letter",
+    parser.add_argument("--choice", choices=("letter", "calibrated", "likelihood", "grounding"), default="letter",
                         help="read.choice: how the multiple-choice option is picked (results are kept per method)")
+    parser.add_argument("--grounding-weight", type=float, default=None,
+                        help="read.grounding_weight: the lexical grounding's weight against the model (default: the "
+                        "setting's)")
+    parser.add_argument("--accept-all", action="store_true",
+                        help="no LLM in local reading either: every paper read is accepted with all its passages")
+    parser.add_argument("--set", type=setting, action="append", default=[], metavar="KEY=JSON",
+                        help="any other setting, e.g. --set relate.enabled=false (repeatable; part of the run's name)")
     args = parser.parse_args()
+    if args.accept_all:  # the pipeline builds its local reader from this name
+        pipeline_module.LocalReader = AcceptEveryPaper  # type: ignore[misc,assignment]
     WORK.mkdir(parents=True, exist_ok=True)
     runs: list[Experiment] = []
     datasets: list[DatasetRef] = []
     sets = [
         ("scifact", DATA / "scifact" / "original", "dev", args.scifact_limit, SCIFACT_STORE),
-        ("litqa2", DATA / "litqa2", None, args.litqa2_limit, LITQA2_STORE),
+        ("litqa2", DATA / "litqa2", None, args.litqa2_limit, args.litqa2_store),
     ]
     for name, folder, split, limit, store in sets:
         if limit <= 0:

@@ -123,7 +123,21 @@ CLAIMS = (
             ("BM25 leaves", Measure("stair-cpu.json", "small_books_overall/bm25/all")),
         ),
     ),
+    Claim(
+        "Hybrid with the static encoder (distilled from MiniLM)", "SciFact test", "nDCG@10",
+        Measure("embed.json", "static-hybrid"),
+        (("hybrid, MiniLM", Measure("scifact-test-hybrid.json")), ("BM25", Measure("scifact-test-bm25.json"))),
+    ),
+    Claim(
+        "Lit3R Relate (A+B, fusion chosen on SciFact train claims)", "SciFact test", "R@50",
+        Measure("lit3r_retrieval.json", "scifact: A+B"), (("Retrieve alone (A)", Measure("lit3r_retrieval.json", "scifact: A")),),
+    ),
     Claim("Read (`ask`, embedded LLM)", "LitQA2", "accuracy", Measure("read.json", "litqa2 (letter)"), ()),
+    Claim(
+        "Read, option by lexical grounding alone (no LLM)", "LitQA2", "accuracy",
+        Measure("read.json", "litqa2 (grounding, no LLM reading)"),
+        (("Read with the LLM choosing (letter)", Measure("read.json", "litqa2 (letter)")),),
+    ),
 )  # fmt: skip
 
 
@@ -176,7 +190,9 @@ def _delta(results: dict[str, ResultFile], claim: Claim, system: Experiment, bas
 
 
 def _command_cell(result: ResultFile, experiment: Experiment) -> str:
-    command = experiment.command or result.command
+    # The file's command is the last run's: it names an older row only when no row records its own.
+    legacy = not any(e.command for e in result.experiments)
+    command = experiment.command or (result.command if legacy else None)
     return f"`{command}`" if command else f"`{_script(result)}` (exact command not recorded)"
 
 
@@ -717,7 +733,7 @@ def load_sections(results: dict[str, ResultFile]) -> str:
     runs = [(result, experiment) for result in results.values() for experiment in result.experiments]
     rows = [
         [
-            e.method,
+            e.name,
             str(r.settings["clients"]),
             f"{e.metrics['requests_ok']:.0f}",
             f"{e.metrics['errors']:.0f}",
@@ -733,7 +749,7 @@ def load_sections(results: dict[str, ResultFile]) -> str:
     lines = [
         "### Load test: HTTP `/search` on loopback",
         "",
-        markdown_table(["method", "clients", "requests ok", "errors", "req/s", "p50 ms", "p95 ms", "p99 ms"], rows),
+        markdown_table(["run", "clients", "requests ok", "errors", "req/s", "p50 ms", "p95 ms", "p99 ms"], rows),
         "",
         f"Caps: {first.settings['clients']} concurrent clients for {first.settings['seconds']:.0f} s per method, "
         f"{experiment.queries} LitQA2 questions cycled, k {first.settings['k']}, corpus {corpus['papers']} papers / "
@@ -784,6 +800,55 @@ def figures_section(results_dir: Path) -> str:
     return "\n".join(lines)
 
 
+def embed_section(name: str, result: ResultFile) -> str:
+    speed = [e for e in result.experiments if "chunks_per_second" in e.metrics]
+    quality = [e for e in result.experiments if "nDCG@10" in e.metrics]
+    rows = [[e.name, e.method, f"{e.metrics['chunks_per_second']:,.1f}",
+             f"{e.metrics['ratio_to_minilm_torch_2_threads']:,.2f}"] for e in speed]  # fmt: skip
+    lines = [
+        f"### Embedding speed per backend ({result.machine.cpus} CPUs)",
+        "",
+        markdown_table(["encoder", "backend", "chunks/s", "x MiniLM torch, 2 threads"], rows),
+    ]
+    if quality:
+        lines += [
+            "",
+            markdown_table(
+                ["SciFact test", "queries", "nDCG@10", "R@100", "MiniLM nDCG@10"],
+                [[e.name, f"{e.queries}", _score(e.metrics["nDCG@10"]), _score(e.metrics.get("R@100")),
+                  _score(e.details.get("minilm_nDCG@10"))] for e in quality],
+            ),
+        ]  # fmt: skip
+    not_measured = result.details.get("not_measured")
+    if not_measured:
+        lines += ["", "Not measured: " + "; ".join(f"{key}: {why}" for key, why in not_measured.items()) + "."]
+    lines.append(source_line(name, result))
+    return "\n".join(lines)
+
+
+def ingest_section(name: str, result: ResultFile) -> str:
+    rows = []
+    for e in result.experiments:
+        d, ratio = e.details, e.cost.get("total_seconds_ratio")
+        rows.append([e.name, f"{d['pdfs']:.0f}", f"{d['chunks']:,.0f}", f"{d['chunks_indexed']:,.0f}",
+                     f"{d['parse_store_seconds']:.1f}", f"{d['index_seconds']:.1f}", f"{d['total_seconds']:.1f}",
+                     "-" if ratio is None else f"{ratio:.2f}"])  # fmt: skip
+    return "\n".join(
+        [
+            f"### Ingest of the LitQA2 PDFs ({result.machine.cpus} CPUs)",
+            "",
+            markdown_table(
+                ["ingest", "PDFs", "chunks stored", "chunks indexed", "parse+store s", "index s", "total s",
+                 "x total"], rows,
+            ),  # fmt: skip
+            "",
+            "Reference-list entries stay in the store either way (citation graph, `strata show`); `default` neither "
+            "embeds nor indexes them (`index.reference_entries`).",
+            source_line(name, result),
+        ]
+    )
+
+
 Section = Callable[[dict[str, ResultFile]], str]
 
 
@@ -803,6 +868,8 @@ SECTIONS: tuple[tuple[str, Section], ...] = (
     ("benchmarks/reliability.py", each_file(reliability_section)),
     ("benchmarks/scale.py", each_file(scale_section)),
     ("benchmarks/ray_ingest.py", each_file(ray_ingest_section)),
+    ("benchmarks/ingest_speed.py", each_file(ingest_section)),
+    ("benchmarks/embed.py", each_file(embed_section)),
     ("benchmarks/load.py", load_sections),
     ("benchmarks/llm.py", each_file(llm_section)),
 )

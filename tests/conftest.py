@@ -28,6 +28,7 @@ def hermetic_variables(root: Path) -> dict[str, str]:
         "STRATA_LLM__CACHE_PATH": str(root / "llm-cache.sqlite"),
         # Assembled from the pip parts once per session by the first test that needs the model (~500 MB, seconds).
         "STRATA_LLM__MODEL_DIR": str(root / "models"),
+        "STRATA_INDEX__EMBEDDING__STATIC_DIR": str(root / "models" / "static"),
         "STRATA_TOC__QUESTION_CACHE": str(root / "toc-questions"),
         "STRATA_STORE__HOME": str(root / "store"),
         "HF_HUB_OFFLINE": "1",

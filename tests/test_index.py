@@ -269,3 +269,13 @@ def test_reference_entries_stay_in_the_store_but_are_searched_only_when_asked_fo
     reference = store.chunks_after(0)[1].rowid
     assert [hit.rowid for hit in everything.bm25.search("Novoselov atomically thin carbon films", 5)] == [reference]
     store.close()
+
+
+def test_a_store_without_reference_entries_keeps_its_indices_when_the_choice_flips(corpus) -> None:
+    store, index = corpus
+    index.sync()
+    vectors = read_state(index.dense.state_path, DenseState).vectors_file
+    _, flipped = open_index(index.folder.parent, **{"index.reference_entries": True})
+    again = flipped.sync()  # the same chunks either way: nothing to rebuild
+    assert again.chunks_added == 0 and again.bm25_size == again.dense_size == store.stats().chunks
+    assert read_state(index.dense.state_path, DenseState).vectors_file == vectors

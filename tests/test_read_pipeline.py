@@ -225,12 +225,13 @@ class PriorBiasedBackend(RuleBackend):
 
 @pytest.mark.parametrize(("method", "expected"), [("likelihood", "12 g"), ("calibrated", "5 g"), ("letter", "5 g")])
 def test_each_option_choice_method_picks_by_its_own_rule(corpus, method, expected):
+    """The model alone (grounding weight 0); an option the evidence does not state is cited by nothing."""
     settings, *_ = corpus
-    read = settings.read.model_copy(update={"choice": method})
+    read = settings.read.model_copy(update={"choice": method, "grounding_weight": 0.0})
     evidence = [Evidence(number=1, paper_id="good", title="Diet", locator="good#c0", text="Controls gained 5 g.")]
     synthesizer = Synthesizer(LLMClient(PriorBiasedBackend(), settings.llm), read)
     answer = synthesizer._choose(QUESTION, OPTIONS, evidence, Trace())
-    assert answer.choice == expected and answer.claims[0].citations == [1]
+    assert answer.choice == expected and answer.claims[0].citations == ([1] if expected == "5 g" else [])
 
 
 @pytest.mark.parametrize("stage", ["candidates", "subqueries"])

@@ -114,3 +114,61 @@ def test_citation_marks_and_locators_written_in_the_prose_are_removed(store):
     assert checked.text == "Controls gained 5 g, as shows." == checked.claims[0].text
     assert checked.claims[0].citations == [1]
     assert validate_answer(answer_with([evidence_for(store)], [Claim(text="5 g", citations=[1])]), store).text == "5 g"
+
+
+def fact(value: str, unit: str, number: int = 1) -> Claim:
+    return Claim(text=f"{value} {unit}".strip(), citations=[number], value=value, unit=unit or None)
+
+
+def test_a_made_up_value_citing_a_real_passage_is_rejected(store):
+    """The passage is real and validly located, but it reports 5 g and 12 g, not 7 g: the made-up fact is dropped."""
+    claims = [Claim(text="Controls gained 7 g.", citations=[1]), fact("7", "g")]
+    checked = validate_answer(answer_with([evidence_for(store)], claims), store)
+    assert [(claim.value, claim.citations) for claim in checked.claims] == [(None, [1])]
+    assert checked.dropped_claims == 1
+    assert any("[1] does not state the value '7 g'" in why for why in checked.rejections)
+
+
+def test_a_value_with_the_wrong_unit_is_rejected_and_spelling_differences_are_not(store):
+    claims = [fact("5", "kg"), fact("5.0", "G"), fact("12 g", ""), fact("0.01", ""), fact("1", "g")]
+    checked = validate_answer(answer_with([evidence_for(store)], claims), store)
+    assert [claim.text for claim in checked.claims] == ["5.0 G", "12 g", "0.01"]  # '1 g': no such number
+    assert checked.dropped_claims == 2 and checked.supported
+
+
+def test_a_calculation_stands_only_on_facts_the_passage_states(store):
+    kept = Claim(text="12 - 5 = 7 g", citations=[1], value="7", unit="g", expression="12 - 5")
+    invented = Claim(text="12 - 4 = 8 g", citations=[1], value="8", unit="g", expression="12 - 4")
+    miscomputed = Claim(text="12 - 5 = 6 g", citations=[1], value="6", unit="g", expression="12 - 5")
+    claims = [fact("12", "g"), fact("5", "g"), fact("4", "g"), kept, invented, miscomputed]
+    checked = validate_answer(answer_with([evidence_for(store)], claims), store)
+    assert [claim.text for claim in checked.claims] == ["12 g", "5 g", "12 - 5 = 7 g"]
+    assert any("4 in '12 - 4' is not the value of any fact" in why for why in checked.rejections)
+    assert any("is 7, not 6" in why for why in checked.rejections)
+
+
+def test_a_multiple_choice_answer_whose_passage_does_not_state_it_is_unsupported(store):
+    options = ["5 g", "7 g", "12 g"]
+    stated = answer_with([evidence_for(store)], [Claim(text="5 g", citations=[1])], format="mc", choice="5 g")
+    assert validate_answer(stated, store, options).supported
+    unstated = stated.model_copy(update={"choice": "7 g", "text": "7 g", "claims": [Claim(text="7 g", citations=[1])]})
+    checked = validate_answer(unstated, store, options)
+    assert checked.choice == "7 g" and not checked.supported and checked.evidence == []
+    assert any("does not state the chosen option '7 g'" in why for why in checked.rejections)
+
+
+def test_a_reference_list_entry_is_rejected_as_evidence(tmp_path):
+    builder = PaperBuilder("cited", "test")
+    builder.open_section("Results", level=1, page=1)
+    builder.add_block("Controls gained 5 g.", page=1)
+    builder.open_section("References", level=1, page=2)
+    builder.add_block("Smith J. Controls gained 5 g on the diet. J Diet 2020;3:1-9.", page=2)
+    with CorpusStore(tmp_path / "r.db") as opened:
+        opened.put_paper(builder.build(title="Cited"), "sha")
+        chunks = opened.get_paper("cited").chunks
+        items = [Evidence(number=n, paper_id="cited", locator=str(chunk.locator), text=chunk.text)
+                 for n, chunk in enumerate(chunks, start=1)]  # fmt: skip
+        answer = answer_with(items, [Claim(text="5 g", citations=[1, 2])])
+        checked = validate_answer(answer, opened)
+    assert [item.text for item in checked.evidence] == ["Controls gained 5 g."]
+    assert any("[2] is a reference-list entry" in why for why in checked.rejections)

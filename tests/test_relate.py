@@ -140,21 +140,34 @@ def test_bm25_signal_round_robins_across_seeds(tmp_path):
     only_bm25 = settings(tmp_path, embedding=False, references=False, seeds=2).relate
     expansion = Relater(FakeCorpus([]), only_bm25, tmp_path).expand(ranking(["a", "b", "c"]))
     assert expansion.seeds == ["a", "b"]
-    assert expansion.signals[0].per_seed == [["a", "e", "d"], ["b", "d", "c"]]
-    assert expansion.signals[0].interleaved == ["a", "b", "e", "d", "c"] == expansion.ranking.paper_ids
-    assert [c.title for c in expansion.ranking.candidates][2:] == ["Title e", "Title d", "Title c"]
+    # a seed is not its own neighbour: B holds what the seeds lead to, not a copy of A's head
+    assert expansion.signals[0].per_seed == [["e", "d"], ["d", "c"]]
+    assert expansion.signals[0].interleaved == ["e", "d", "c"] == expansion.ranking.paper_ids
+    assert [c.title for c in expansion.ranking.candidates] == ["Title e", "Title d", "Title c"]
 
 
 def test_find_candidates_fuses_a_and_b_deterministically(tmp_path):
-    options = settings(tmp_path, candidates=4)
+    options = settings(tmp_path, candidates=4, keep_a=2)
     run = lambda: find_candidates("q", corpus=FakeCorpus(["a", "b"]), client=None, reranker=FirstStage(),  # noqa: E731
                                   settings=options)
     result = run()
     assert isinstance(result, CandidateSet) and result == run()
     assert result.ranking_a.paper_ids == ["a", "b"] and result.stop_reason == "no_llm" and len(result.rounds) == 1
     assert len(result.candidates.candidates) == 4 and set(result.ranking_b.paper_ids) >= {"c", "d", "e"}
-    assert result.candidates.paper_ids[:2] == ["a", "b"]  # the seeds lead B too, so A's head stays on top
+    assert result.candidates.paper_ids[:2] == ["a", "b"]  # keep_a: A's head keeps its places
     assert [c.rank for c in result.candidates.candidates] == [1, 2, 3, 4]
+    scores = [c.score for c in result.candidates.candidates]
+    assert scores == sorted(scores, reverse=True) and len(set(scores)) == 4
+
+
+def test_without_a_kept_head_ranking_b_can_reorder_a(tmp_path):
+    # B lists d (a neighbour of both seeds) first and never a: fused with equal weight, d overtakes a
+    result = find_candidates("q", corpus=FakeCorpus(["a", "b", "d"]), client=None, reranker=FirstStage(),
+                             settings=settings(tmp_path, keep_a=0, embedding=False, references=False))
+    assert result.candidates.paper_ids[0] == "d"
+    kept = find_candidates("q", corpus=FakeCorpus(["a", "b", "d"]), client=None, reranker=FirstStage(),
+                           settings=settings(tmp_path, keep_a=1, embedding=False, references=False))
+    assert kept.candidates.paper_ids[:2] == ["a", "d"]
 
 
 def test_find_candidates_without_relate_returns_ranking_a(tmp_path):

@@ -52,10 +52,12 @@ def test_find_candidates_with_the_embedded_llm(tiny):
     assert result.ranking_b.candidates and all(c.chunks for c in result.candidates.candidates[:5])
 
 
-def test_without_an_llm_ranking_a_is_the_hybrid_prf_search(tiny):
+def test_without_an_llm_ranking_a_is_the_hybrid_search_and_keeps_its_head(tiny):
     dataset, settings, corpus = tiny
     query = dataset.queries[1].text
     result = find_candidates(query, corpus=corpus, client=None, reranker=FirstStage(), settings=settings)
-    plain = corpus.searcher.search(query, k=settings.retrieve.per_query_k, prf=True)
+    plain = corpus.searcher.search(query, k=settings.retrieve.per_query_k, prf=settings.retrieve.prf)
     assert result.ranking_a.paper_ids == plain.paper_ids and result.stop_reason == "no_llm"
-    assert result.candidates.paper_ids[0] in plain.paper_ids[:3]
+    keep = settings.relate.keep_a
+    assert keep > 0 and result.candidates.paper_ids[:keep] == plain.paper_ids[:keep]
+    assert set(result.candidates.paper_ids[keep:]) - set(plain.paper_ids[:50])  # Relate brought in papers of its own

@@ -112,7 +112,7 @@ def test_stops_after_round_one_when_the_verifier_is_satisfied():
     assert run.stop_reason == "sufficient" and len(run.rounds) == 1
     assert run.rounds[0].queries == [QUESTION, *SUBQUERIES["subqueries"]]
     assert [call[0] for call in searcher.calls] == run.rounds[0].queries
-    assert all(call[2:] == ("hybrid", True) for call in searcher.calls)  # hybrid + PRF by default
+    assert all(call[2:] == ("hybrid", False) for call in searcher.calls)  # hybrid, PRF off by default
     assert run.rounds[0].verdict is not None and run.rounds[0].verdict.sufficient
     assert run.ranking.paper_ids[0] == "p1"  # found by two subqueries, so it outranks p3 and p2
     assert [call.prompt for call in trace.calls] == ["retrieve_decompose", "retrieve_verify"]

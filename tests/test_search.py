@@ -6,6 +6,7 @@ Every search test runs on both store backends: the embedded one (SQLite, tantivy
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,12 +15,14 @@ import pytest
 
 from strata.config import Settings
 from strata.documents.parsers.beir import PARSER
+from strata.encoders.embedder import TORCH_LOCK
 from strata.eval.beir import BeirDataset, load_beir, write_subset
 from strata.eval.retrieval import evaluate_run
 from strata.index import CorpusIndex
 from strata.index.migrate import migrate
 from strata.retrieve.fusion import reciprocal_rank_fusion
 from strata.retrieve.hybrid import HybridSearcher
+from strata.retrieve.query_batch import QueryBatcher
 from strata.store import AnyStore, open_store
 from strata.store.sqlite import CorpusStore
 
@@ -158,3 +161,85 @@ def test_rrf_weights_and_repeated_ids() -> None:
 @pytest.mark.parametrize("method", ["bm25", "dense", "hybrid"])
 def test_both_backends_reach_the_same_ndcg(subset: Subset, embedded_subset: Subset, method: str) -> None:
     assert ndcg_at_10(subset, method) == pytest.approx(ndcg_at_10(embedded_subset, method), abs=0.005)
+
+
+def _reference_rankings(subset: Subset, queries: list[str], method: str) -> list:
+    """Rankings as the searcher gives them one by one, embedding each query itself."""
+    return [subset.searcher.search(query, k=10, method=method) for query in queries]
+
+
+@pytest.mark.parametrize("method", ["dense", "hybrid"])
+def test_queries_batched_together_rank_exactly_as_one_by_one(subset: Subset, method: str) -> None:
+    """Concurrent queries embedded by the QueryBatcher (repeats once, equal token lengths in one call) search to the
+    same rankings, scores included, as queries embedded one at a time."""
+    queries = [query.text for query in subset.dataset.queries[:12]]
+    queries += queries[:4]  # repeats, asked while their first copies still wait
+    expected = _reference_rankings(subset, queries, method)
+    batcher = QueryBatcher(subset.index.dense.embedder, cache_size=0)
+    try:
+        with TORCH_LOCK:  # the encoder is busy: every submit below waits, so they gather into one round
+            futures = [batcher.submit(query) for query in queries]
+        vectors = [future.result(timeout=120) for future in futures]
+        with ThreadPoolExecutor(4) as pool:
+            got = list(pool.map(lambda pair: subset.searcher.search(pair[0], k=10, method=method,
+                                                                     query_vector=pair[1]), zip(queries, vectors)))
+        assert got == expected
+        assert batcher.embedded <= len(set(queries)) and batcher.calls < len(set(queries))
+    finally:
+        batcher.close()
+
+
+def test_query_cache_returns_the_same_vector_without_the_encoder(subset: Subset) -> None:
+    batcher = QueryBatcher(subset.index.dense.embedder, cache_size=2)
+    try:
+        first = batcher.embed_query("coral reefs bleach")
+        assert np.array_equal(first, subset.index.dense.embedder.embed_query("coral reefs bleach"))
+        calls = batcher.calls
+        assert batcher.embed_query("coral reefs bleach") is first and batcher.calls == calls
+    finally:
+        batcher.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        batcher.submit("after close")
+
+
+@pytest.mark.parametrize("method", ["bm25", "hybrid"])
+def test_a_search_reads_the_store_a_fixed_number_of_times_whatever_k(subset: Subset, method: str) -> None:
+    """Paper ids come from the in-memory chunk-paper map and chunk texts in one batch: the store statements a search
+    runs do not grow with k or with the hits (they were one per page of hits, and once one per hit)."""
+    store = subset.store
+    query = subset.dataset.queries[3].text
+    subset.searcher.search(query, k=10, method=method)  # the map is built on first use
+    statements: list[str] = []
+    original = store._query
+    store._query = lambda sql, params=(): statements.append(sql) or original(sql, params)  # type: ignore[method-assign]
+    try:
+        counts = {}
+        for k in (1, 10, 50):
+            statements.clear()
+            ranking = subset.searcher.search(query, k=k, method=method)
+            assert len(ranking.candidates) == k
+            counts[k] = len(statements)
+    finally:
+        del store._query  # the instance attribute shadowed the method
+    assert counts[1] == counts[10] == counts[50] <= 2, (counts, statements)
+
+
+def test_chunk_paper_map_follows_deletions_and_additions(tmp_path: Path) -> None:
+    from strata.documents.builder import PaperBuilder
+
+    def paper(paper_id: str, body: str):
+        builder = PaperBuilder(paper_id, "test")
+        builder.open_section("Results", level=1, page=1)
+        builder.add_block(body, page=1)
+        return builder.build(title=paper_id)
+
+    with CorpusStore(tmp_path / "corpus.sqlite3") as store:
+        store.put_paper(paper("a", "alpha " * 50), "1")
+        old = store.max_chunk_rowid()
+        assert store.chunk_paper_ids(range(1, old + 1)) == {rowid: "a" for rowid in range(1, old + 1)}
+        store.put_paper(paper("a", "alpha beta " * 40), "2")  # re-ingest: old chunks removed, new ones added
+        store.put_paper(paper("b", "gamma " * 50), "3")
+        everything = store.chunk_paper_ids(range(1, store.max_chunk_rowid() + 1))
+        sql = dict(store._query(f"SELECT rowid, paper_id FROM chunks"))
+        assert everything == sql and not set(everything) & set(range(1, old + 1))
+        assert set(everything.values()) == {"a", "b"}

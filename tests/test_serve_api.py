@@ -206,3 +206,24 @@ def test_an_abandoned_ask_stops_at_its_next_stage_instead_of_running_on(tmp_path
             assert next(response.iter_lines()).startswith("event: stage")  # the worker is running
         assert stopped.wait(10)
     assert 1 <= len(stages) < 100
+
+
+def test_search_json_is_the_rankings_own_and_concurrent_searches_agree(server) -> None:
+    """/search answers with the Ranking's JSON as the searcher builds it (no second validation on the way out), the
+    OpenAPI schema still names the model, and searches sent together get the answers they get one by one."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from strata.corpus import Corpus
+
+    client, settings = server
+    queries = ["KCNJ11 sulfonylurea diabetes", "neonatal diabetes mutation", "potassium channel", "insulin secretion"]
+    with Corpus.open(settings) as corpus:
+        expected = [corpus.searcher.search(q, k=3, method="hybrid").model_dump(mode="json") for q in queries]
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(lambda q: client.get("/search", params={"q": q, "k": 3}), queries * 4))
+    assert all(answer.status_code == 200 for answer in answers)
+    assert [answer.json() for answer in answers] == expected * 4
+    assert answers[0].headers["content-type"] == "application/json"
+    schema = client.get("/openapi.json").json()["paths"]["/search"]["get"]["responses"]["200"]
+    assert schema["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/Ranking"}
+    assert client.get("/search", params={"q": "x", "method": "dense"}).status_code == 400  # a BM25-only corpus

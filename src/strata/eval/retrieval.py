@@ -15,9 +15,10 @@ import ir_measures
 import numpy as np
 from pydantic import BaseModel, Field
 
-from strata.config import ChunkingSettings, IndexSettings, SearchSettings, Settings
+from strata.config import ChunkingSettings, EmbeddingSettings, IndexSettings, SearchSettings, Settings
 from strata.corpus import Corpus
 from strata.documents.model import Ranking
+from strata.encoders.embedder import encoder_identity
 from strata.eval.beir import BeirDataset, load_beir
 from strata.eval.results import DatasetRef, Experiment, QueryRow, ResultFile, new_result, write_result
 from strata.progress import Progress, tell
@@ -143,7 +144,12 @@ def format_result(result: RetrievalEvalResult) -> str:
 def _eval_settings(settings: Settings, dataset: BeirDataset, method: Method, store_home: Path | None) -> Settings:
     if store_home is None:
         chunking = hashlib.sha256(settings.parsing.chunking.model_dump_json().encode()).hexdigest()[:8]
-        store_home = Path(settings.store.home) / "eval" / f"{dataset.name}-{dataset.fingerprint[:12]}-{chunking}"
+        name = f"{dataset.name}-{dataset.fingerprint[:12]}-{chunking}"
+        encoder = encoder_identity(settings.index.embedding)
+        if encoder != encoder_identity(EmbeddingSettings()):
+            # Another encoder gets its own store: sharing one would rebuild the default encoder's dense index.
+            name += "-" + hashlib.sha256(encoder.encode()).hexdigest()[:8]
+        store_home = Path(settings.store.home) / "eval" / name
     return settings.model_copy(
         update={
             "store": settings.store.model_copy(update={"home": Path(store_home)}),

@@ -9,7 +9,7 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from strata.config import Settings
-from strata.index import CorpusIndex
+from strata.index import CorpusIndex, is_indexed
 from strata.index.dense import DenseIndex
 from strata.index.migrate import vectors_from
 from strata.store import open_store
@@ -68,7 +68,8 @@ def _snapshot(settings: Settings) -> _Snapshot:
         while batch := store.chunks_after(after, limit=READ_BATCH):
             for stored in batch:
                 texts.setdefault(stored.chunk.paper_id, []).append(stored.chunk.text)
-            if vectors_of is not None:
-                vectors.update(((s.chunk.paper_id, s.chunk.ordinal), row) for s, row in zip(batch, vectors_of(batch)))
+            indexed = [s for s in batch if is_indexed(s.chunk, settings.index)]
+            if vectors_of is not None and indexed:
+                vectors.update(((s.chunk.paper_id, s.chunk.ordinal), row) for s, row in zip(indexed, vectors_of(indexed)))
             after = batch[-1].rowid
     return _Snapshot(texts, vectors)

@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, TypeGuard
 
 from pydantic import BaseModel, Field
 
-from strata.config import Settings
+from strata.config import IndexSettings, Settings
+from strata.documents.model import Chunk, ContentType
 from strata.index.bm25 import BM25Index
 from strata.index.state import ChunkVectors, IndexSyncStats, SyncProgress
 from strata.index.dense import DenseIndex
@@ -76,6 +77,12 @@ class CorpusIndex:
             bm25_size=bm25.size,
             dense_size=dense.size,
         )
+
+
+def is_indexed(chunk: Chunk, settings: IndexSettings) -> bool:
+    """Whether the search indices hold `chunk`: reference-list entries only with `index.reference_entries` (the
+    store's `chunks_after(references=False)` applies the same rule in SQL)."""
+    return settings.reference_entries or chunk.content_type != ContentType.REFERENCE
 
 
 def _is_postgres(store: WritableStore) -> TypeGuard[PostgresCorpusStore]:

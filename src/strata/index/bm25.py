@@ -16,7 +16,16 @@ from pathlib import Path
 import tantivy
 from tantivy import DocAddress, Filter, Occur, Query, Searcher, TextAnalyzerBuilder, Tokenizer
 
-from strata.index.state import ChunkScore, IndexSyncStats, SyncProgress, SyncState, read_state, write_state
+from strata.index.state import (
+    ChunkScore,
+    IndexSyncStats,
+    SyncProgress,
+    SyncState,
+    adopt_reference_choice,
+    chunk_scores,
+    read_state,
+    write_state,
+)
 from strata.store.base import StoredChunk
 from strata.store.protocol import PaperStore
 
@@ -131,7 +140,7 @@ class BM25Index(TermSearch):
         searcher = index.searcher()
         hits = searcher.search(query, depth, count=False).hits
         rowids = _rowids(searcher, [address for _, address in hits])
-        return [ChunkScore(rowid=rowid, score=float(score)) for (score, _), rowid in zip(hits, rowids)]
+        return chunk_scores(rowids, [float(score) for score, _ in hits])
 
     def _weighted_query(self, weights: Mapping[str, float], title_tie_breaker: float) -> Query:
         # Per field, the weighted sum of its terms' BM25; across fields, the best field plus half the other
@@ -162,7 +171,7 @@ class BM25Index(TermSearch):
     def sync(self, store: PaperStore, progress: SyncProgress | None = None) -> IndexSyncStats:
         """Add chunks stored since the last sync and drop removed ones, in one tantivy commit."""
         started = time.perf_counter()
-        state = self._state_for_writing()
+        state = self._state_for_writing(store)
         expected = store.max_chunk_rowid() - state.chunk_rowid
         index = self._open() or self._create()
         stats = IndexSyncStats()
@@ -193,8 +202,9 @@ class BM25Index(TermSearch):
         stats.seconds = time.perf_counter() - started
         return stats
 
-    def _state_for_writing(self) -> SyncState:
+    def _state_for_writing(self, store: PaperStore) -> SyncState:
         state = read_state(self.state_path, SyncState)
+        adopt_reference_choice(state, self.references, store)
         current = state is not None and (state.format, state.references) == (FORMAT, self.references)
         if state is not None and current and tantivy.Index.exists(str(self.folder)):
             return state

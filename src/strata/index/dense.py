@@ -17,13 +17,15 @@ import numpy as np
 from pydantic import Field
 
 from strata.config import EmbeddingSettings, IndexSettings
-from strata.encoders.embedder import Embedder
+from strata.encoders.embedder import Embedder, encoder_identity
 from strata.index.state import (
     ChunkScore,
     ChunkVectors,
     IndexSyncStats,
     SyncProgress,
     SyncState,
+    adopt_reference_choice,
+    chunk_scores,
     read_state,
     write_state,
 )
@@ -40,7 +42,9 @@ TOMBSTONE_REBUILD_SHARE = 0.1
 
 
 class DenseState(SyncState):
-    model: str = Field(description="Embedding model setting the vectors came from")
+    model: str = Field(
+        description="Encoder the vectors came from: the model setting, or 'static:MODEL:dDIMS' for the static tier"
+    )
     title_prefix: bool = Field(description="Whether chunks were embedded with their paper's title")
     dimension: int = 0
     vectors_file: str | None = Field(default=None, description="The current faiss file in the index folder")
@@ -84,7 +88,8 @@ class DenseIndex:
         query = np.ascontiguousarray(vector, dtype=np.float32).reshape(1, -1)
         scores, ids = index.search(query, min(depth, index.ntotal), params=params)
         del parts  # the selector's parts had to outlive the search
-        hits = [ChunkScore(rowid=i, score=s) for s, i in zip(scores[0].tolist(), ids[0].tolist()) if i >= 0]
+        found = ids[0] >= 0  # fewer than `depth` vectors are padded with -1
+        hits = chunk_scores(ids[0][found].tolist(), scores[0][found].tolist())
         return sorted(hits, key=lambda hit: (-hit.score, hit.rowid))
 
     def _selector(self, rowids: Collection[int] | None) -> tuple[faiss.IDSelector | None, list[faiss.IDSelector]]:
@@ -138,14 +143,16 @@ class DenseIndex:
 
     def _check_compatible(self, state: DenseState) -> None:
         if _identity(state) != self._expected_identity():
+            wanted = encoder_identity(self.settings.embedding)
             raise ValueError(
                 f"the dense index in {self.folder} was built with {state.model!r} (title prefix "
-                f"{state.title_prefix}); settings ask for {self.settings.embedding.model!r} (title prefix "
+                f"{state.title_prefix}); settings ask for {wanted!r} (title prefix "
                 f"{self.settings.embedding.title_prefix}): re-run `strata ingest` (its index sync rebuilds it)"
             )
 
     def _expected_identity(self) -> tuple[str, str, bool]:
-        return FORMAT, self.settings.embedding.model, self.settings.embedding.title_prefix
+        # The encoder's identity: the model setting for sentence-transformers, 'static:...' for the static tier.
+        return FORMAT, encoder_identity(self.settings.embedding), self.settings.embedding.title_prefix
 
     # writing
 
@@ -159,7 +166,7 @@ class DenseIndex:
         """
         started = time.perf_counter()
         embed = vectors_of or (lambda batch: self.embedder.embed([self.embedding_text(s) for s in batch]))
-        state, index = self._load_for_writing()
+        state, index = self._load_for_writing(store)
         expected = store.max_chunk_rowid() - state.chunk_rowid
         stats = IndexSyncStats()
         deletions = store.deletions_after(state.deletion_seq)
@@ -202,9 +209,10 @@ class DenseIndex:
         graph.hnsw.efSearch = self.settings.hnsw_ef_search
         return graph
 
-    def _load_for_writing(self) -> tuple[DenseState, faiss.IndexIDMap | None]:
+    def _load_for_writing(self, store: PaperStore) -> tuple[DenseState, faiss.IndexIDMap | None]:
         state = read_state(self.state_path, DenseState)
-        model, title_prefix = self.settings.embedding.model, self.settings.embedding.title_prefix
+        adopt_reference_choice(state, self.settings.reference_entries, store)
+        model, title_prefix = encoder_identity(self.settings.embedding), self.settings.embedding.title_prefix
         references = self.settings.reference_entries
         if (
             state is None

@@ -27,8 +27,15 @@ from pydantic import Field
 from strata.config import IndexSettings
 from strata.index.bm25 import FIELDS, TermSearch, english_analyzer
 from strata.index.dense import embedding_text
-from strata.encoders.embedder import Embedder
-from strata.index.state import ChunkScore, ChunkVectors, IndexSyncStats, SyncProgress, SyncState
+from strata.encoders.embedder import Embedder, encoder_identity
+from strata.index.state import (
+    ChunkScore,
+    ChunkVectors,
+    IndexSyncStats,
+    SyncProgress,
+    SyncState,
+    adopt_reference_choice,
+)
 from strata.store.postgres import PostgresCorpusStore
 from strata.store.protocol import PaperStore
 from strata.store.sqlite import StoredChunk
@@ -191,7 +198,7 @@ class PostgresBM25Index(_PgIndex, TermSearch):
     def sync(self, store: PaperStore, progress: SyncProgress | None = None) -> IndexSyncStats:
         """Index chunks stored since the last sync and drop removed ones, one committed batch at a time."""
         started = time.perf_counter()
-        state = self._state_for_writing()
+        state = self._state_for_writing(store)
         stats, expected = self._start_sync(store, state)
         while batch := store.chunks_after(state.chunk_rowid, limit=READ_BATCH, references=self.references):
             with self._batch_transaction(state, batch) as cursor:
@@ -205,9 +212,10 @@ class PostgresBM25Index(_PgIndex, TermSearch):
         stats.seconds = time.perf_counter() - started
         return stats
 
-    def _state_for_writing(self) -> SyncState:
+    def _state_for_writing(self, store: PaperStore) -> SyncState:
         with self._lock:
             state = self._read_state(SyncState)
+            adopt_reference_choice(state, self.references, store)
             if state is not None and (state.format, state.references) == (BM25_FORMAT, self.references):
                 return state
             with self._db.transaction():  # none yet, or another format: start over
@@ -313,7 +321,7 @@ class PostgresDenseIndex(_PgIndex):
         HNSW index once the collection passes `hnsw_above`."""
         started = time.perf_counter()
         embed = vectors_of or (lambda batch: self.embedder.embed([self.embedding_text(s) for s in batch]))
-        state = self._state_for_writing()
+        state = self._state_for_writing(store)
         stats, expected = self._start_sync(store, state)
         references = self.settings.reference_entries
         while batch := store.chunks_after(state.chunk_rowid, limit=DENSE_BATCH, references=references):
@@ -345,11 +353,12 @@ class PostgresDenseIndex(_PgIndex):
             for stored, vector in zip(batch, vectors):
                 copy.write_row((stored.rowid, vector))
 
-    def _state_for_writing(self) -> PgDenseState:
-        model, title_prefix = self.settings.embedding.model, self.settings.embedding.title_prefix
+    def _state_for_writing(self, store: PaperStore) -> PgDenseState:
+        model, title_prefix = encoder_identity(self.settings.embedding), self.settings.embedding.title_prefix
         references = self.settings.reference_entries
         with self._lock:
             state = self._read_state(PgDenseState)
+            adopt_reference_choice(state, references, store)
             if isinstance(state, PgDenseState) and (
                 state.format, state.model, state.title_prefix, state.references
             ) == (DENSE_FORMAT, model, title_prefix, references):

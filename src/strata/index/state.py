@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, NamedTuple, TypeVar, cast
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 if TYPE_CHECKING:
+    from strata.store.protocol import PaperStore
     from strata.store.sqlite import StoredChunk
 
 # (chunks indexed so far, most chunks this sync can index)
@@ -32,6 +34,15 @@ class ChunkScore(NamedTuple):
 
     rowid: int  # store row id of the chunk
     score: float
+
+
+def chunk_scores(rowids: Iterable[int], scores: Iterable[float]) -> list[ChunkScore]:
+    """ChunkScores of parallel row ids and scores, made without a Python call per hit: a search makes ~1,000 per
+    index, and `ChunkScore(rowid=..., score=...)` each cost ~0.8 ms per 1,000 (a third of a BM25 search)."""
+    return list(map(_new_chunk_score, zip(rowids, scores)))
+
+
+_new_chunk_score = cast(Callable[[tuple[int, float]], ChunkScore], partial(tuple.__new__, ChunkScore))
 
 
 class IndexSyncStats(BaseModel):
@@ -52,6 +63,13 @@ class SyncState(BaseModel):
 
 
 State = TypeVar("State", bound=SyncState)
+
+
+def adopt_reference_choice(state: SyncState | None, references: bool, store: PaperStore) -> None:
+    """Record a new `index.reference_entries` choice without a rebuild where it changes nothing: a store holding no
+    reference-list chunks (BEIR abstracts) indexes the same chunks either way."""
+    if state is not None and state.references != references and not store.stats().chunks_by_type.get("reference"):
+        state.references = references
 
 
 def read_state(path: Path, model: type[State]) -> State | None:

@@ -19,9 +19,9 @@ import numpy as np
 
 from strata.config import Settings
 from strata.corpus import Corpus
-from strata.documents.model import ContentType, Paper
+from strata.documents.model import Paper
 from strata.encoders.embedder import Embedder
-from strata.index import CorpusIndex
+from strata.index import CorpusIndex, is_indexed
 from strata.index.dense import embedding_text
 from strata.index.state import ChunkVectors
 from strata.llm import make_client
@@ -175,7 +175,7 @@ def _embed(papers: Sequence[Paper], settings: Settings) -> dict[tuple[str, int],
          "text": embedding_text(StoredChunk(rowid=0, chunk=chunk, paper_title=paper.title), settings.index.embedding)}
         for paper in papers
         for chunk in paper.chunks
-        if settings.index.reference_entries or chunk.content_type != ContentType.REFERENCE
+        if is_indexed(chunk, settings.index)
     ]
     if not rows:
         return {}

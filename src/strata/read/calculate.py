@@ -76,6 +76,7 @@ def calculation_claims(drafts: Sequence[CalculationDraft], facts: Sequence[Claim
                 citations=citations,
                 value=shown,
                 unit=draft.unit or None,
+                expression=draft.expression,
             )
         )
     return claims, rejected

@@ -8,10 +8,11 @@ their text up to the question, so the model reads the paper's passages once per 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 
 from strata.config import ReadSettings
-from strata.documents.model import Candidate, ChunkHit
+from strata.documents.model import Candidate, ChunkHit, ContentType
 from strata.llm import LLMClient, Trace
 from strata.llm.backend import ContinuationScore
 from strata.read.model import PaperReading, read_prompts
@@ -43,6 +44,7 @@ class LocalReader:
 
     def read(self, question: str, candidate: Candidate, passages: list[ChunkHit], trace: Trace) -> PaperReading:
         """Decision A, then (if A holds) Decision B, then the supporting passages of an accepted paper."""
+        passages = [hit for hit in passages if not is_reference_entry(hit)]
         fields = {
             "title": flat(candidate.title) or candidate.paper_id,
             "passages": numbered([hit.text for hit in passages]),
@@ -62,6 +64,7 @@ class LocalReader:
         if reading.sufficient < threshold:
             return reading
         reading.accepted = True
+        reading.shown = passages
         reading.passages = self._supporting(fields, passages, trace)
         return reading
 
@@ -77,6 +80,21 @@ class LocalReader:
         prompt = read_prompts().render("read_passage", **fields)
         shares = probabilities(self.client.score(prompt, [str(n) for n in range(1, len(passages) + 1)], trace=trace))
         return [passages[index] for index in chosen(shares, self.settings.passage_min_share)]
+
+
+# Headings of a reference list; a chunk under one is a citation of other work, never a finding of this paper.
+REFERENCE_HEADING = re.compile(
+    r"^\W*(?:\d+\.?\s*)?(?:references?(?: and notes)?|bibliography|literature cited|works cited|cited literature)\W*$",
+    re.IGNORECASE,
+)
+
+
+def is_reference_entry(hit: ChunkHit) -> bool:
+    """Whether the chunk is an entry of a reference list: typed so by the parser, or under a reference heading
+    (a parser that missed the list's layout still names its section)."""
+    if hit.content_type == ContentType.REFERENCE:
+        return True
+    return any(REFERENCE_HEADING.match(title) for title in hit.locator.section_path[-1:])
 
 
 def chosen(shares: Sequence[float], min_share: float) -> list[int]:

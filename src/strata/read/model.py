@@ -35,6 +35,9 @@ class Claim(BaseModel):
     citations: list[int] = Field(default_factory=list, description="Evidence numbers")
     value: str | None = Field(default=None, description="Extracted value, when the claim is a fact with a value")
     unit: str | None = None
+    expression: str | None = Field(
+        default=None, description="Calculated claims: the arithmetic over the facts' values that Strata computed"
+    )
 
 
 class Answer(BaseModel):
@@ -88,6 +91,11 @@ class PaperReading(BaseModel):
     accepted: bool = Field(description="Both decisions reached read.accept_threshold; only these go to synthesis")
     passages: list[ChunkHit] = Field(
         default_factory=list, description="Accepted papers: the supporting passages, best first, with locators"
+    )
+    shown: list[ChunkHit] = Field(
+        default_factory=list,
+        description="Accepted papers: every passage the local reader was shown, where multiple-choice options are "
+        "looked for (strata.read.grounding)",
     )
 
 

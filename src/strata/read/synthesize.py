@@ -1,13 +1,15 @@
 """Lit3R cross-paper synthesis: numbered evidence from the accepted papers, then an answer in the task's format.
 
-The model never writes a locator. It sees evidence numbered [1]..[n] and answers with numbers: scored over the
-numbers (multiple choice) or generated under a schema whose numbers are restricted to those given (text, table).
-Evidence and locators come from the store; `validate` checks everything again.
+The model never writes a locator. It sees evidence numbered [1]..[n]. A multiple-choice answer is the option the
+evidence states (`strata.read.grounding`) and the model prefers, cited by the passages stating it; text and table
+answers are generated under a schema whose numbers are restricted to those given. Evidence and locators come from the
+store; `validate` checks everything again.
 """
 
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Sequence
 
 import pysbd
@@ -16,7 +18,9 @@ from strata.config import ReadSettings
 from strata.index.bm25 import english_analyzer
 from strata.llm import LLMClient, Trace, calibrated_logprobs
 from strata.read.calculate import calculation_claims
-from strata.read.local import chosen, flat, probabilities
+from strata.documents.model import ChunkHit
+from strata.read.grounding import Grounding, OptionGrounding, ground, is_insufficient
+from strata.read.local import flat, is_reference_entry, probabilities
 from strata.read.model import Answer, AnswerFormat, Claim, Evidence, PaperReading, citing_only, read_prompts
 
 CANNOT_ANSWER = "Cannot answer from this corpus."
@@ -29,14 +33,46 @@ def cannot_answer(question: str, answer_format: AnswerFormat) -> Answer:
 def gather_evidence(readings: Sequence[PaperReading], limit: int) -> list[Evidence]:
     """Supporting passages of the accepted papers, numbered from 1: each paper's best passage first (papers in
     rank order), then each paper's second, and so on, so a multi-paper answer sees every paper before `limit`."""
+    return numbered_evidence(supporting_order(readings)[:limit])
+
+
+def supporting_order(readings: Sequence[PaperReading]) -> list[tuple[PaperReading, ChunkHit]]:
+    """The accepted papers' supporting passages, level by level (every paper's best, then every second ...);
+    reference-list entries are never evidence."""
     accepted = [reading for reading in readings if reading.accepted]
     depth = max((len(reading.passages) for reading in accepted), default=0)
-    picked = [
+    return [
         (reading, reading.passages[level])
         for level in range(depth)
         for reading in accepted
-        if level < len(reading.passages)
-    ][:limit]
+        if level < len(reading.passages) and not is_reference_entry(reading.passages[level])
+    ]
+
+
+def grounded_evidence(
+    question: str, options: Sequence[str], readings: Sequence[PaperReading], limit: int
+) -> list[Evidence]:
+    """Multiple choice: the passage that best states each option found in the accepted papers (options by their
+    grounding score), then the supporting passages in `gather_evidence` order, without repeats, numbered from 1. The
+    model thus sees where each option is stated, not only the passages the local reader picked."""
+    pool = [
+        (reading, hit)
+        for reading in readings
+        if reading.accepted
+        for hit in (reading.shown or reading.passages)
+        if not is_reference_entry(hit)
+    ]
+    grounding = ground(question, options, [hit.text for _, hit in pool])
+    found = sorted((option for option in grounding.options if option.grounded), key=lambda option: -option.score)
+    picked, seen = [], set()
+    for reading, hit in [pool[option.passages[0]] for option in found] + supporting_order(readings):
+        if str(hit.locator) not in seen:
+            seen.add(str(hit.locator))
+            picked.append((reading, hit))
+    return numbered_evidence(picked[:limit])
+
+
+def numbered_evidence(picked: Sequence[tuple[PaperReading, ChunkHit]]) -> list[Evidence]:
     return [
         Evidence(
             number=number,
@@ -70,12 +106,15 @@ class Synthesizer:
     ) -> Answer:
         """The answer with only the evidence its claims cite, each cited passage quoted; 'cannot answer' when no
         paper was accepted or the model says the evidence does not answer."""
-        evidence = gather_evidence(readings, self.settings.max_evidence)
+        if answer_format == "mc" and not options:
+            raise ValueError("a multiple-choice question needs its options")
+        if answer_format == "mc" and options:
+            evidence = grounded_evidence(question, options, readings, self.settings.max_evidence)
+        else:
+            evidence = gather_evidence(readings, self.settings.max_evidence)
         if not evidence:
             return cannot_answer(question, answer_format)
-        if answer_format == "mc":
-            if not options:
-                raise ValueError("a multiple-choice question needs its options")
+        if answer_format == "mc" and options:
             answer = self._choose(question, list(options), evidence, trace)
         elif answer_format == "table":
             answer = self._table(question, evidence, trace)
@@ -84,15 +123,20 @@ class Synthesizer:
         return quoted(answer, self.settings.quote_sentences)
 
     def _choose(self, question: str, options: list[str], evidence: list[Evidence], trace: Trace) -> Answer:
-        """The option `read.choice` prefers after the evidence; then the passages that support it, scored over
-        their numbers."""
-        shown, asked = show_evidence(evidence), flat(question)
-        preference = self._option_preference(shown, asked, options, trace)
-        best = max(range(len(options)), key=lambda index: (preference[index], -index))
+        """The option that the evidence states (lexical grounding) and the model prefers (`read.choice`), weighted
+        by `read.grounding_weight`; cited by the passages that state it, so an option stated nowhere cites nothing
+        (validation then marks the answer unsupported)."""
+        grounding = ground(question, options, [item.text for item in evidence])
+        model = None
+        if self.settings.choice != "grounding":
+            model = self._model_shares(show_evidence(evidence), flat(question), options, trace)
+        best = decide(options, grounding, model, self.settings)
+        if best is None:
+            return cannot_answer(question, "mc")
         choice = options[best]
-        cite = read_prompts().render("read_cite", evidence=shown, question=asked, answer=flat(choice))
-        shares = probabilities(self.client.score(cite, [str(item.number) for item in evidence], trace=trace))
-        citations = sorted(evidence[index].number for index in chosen(shares, self.settings.passage_min_share))
+        if is_insufficient(choice):  # the evidence does not answer: nothing to cite
+            return Answer(question=question, format="mc", text=choice, choice=choice, answerable=False)
+        citations = sorted(evidence[index].number for index in citing(grounding.options[best]))
         return Answer(
             question=question,
             format="mc",
@@ -101,6 +145,15 @@ class Synthesizer:
             claims=[Claim(text=choice, citations=citations)],
             evidence=evidence,
         )
+
+    def _model_shares(self, shown: str, asked: str, options: list[str], trace: Trace) -> list[float]:
+        """The model's preference as shares summing to 1 (log-probabilities through a softmax)."""
+        preference = self._option_preference(shown, asked, options, trace)
+        if self.settings.choice == "letter":
+            return preference
+        peak = max(preference)
+        weights = [math.exp(value - peak) for value in preference]
+        return [weight / sum(weights) for weight in weights]
 
     def _option_preference(self, shown: str, asked: str, options: list[str], trace: Trace) -> list[float]:
         """One number per option, higher = preferred, by the method `read.choice` names."""
@@ -169,6 +222,35 @@ class Synthesizer:
             claims=claims,
             evidence=evidence,
         )
+
+
+CITED_SHARE = 0.5  # besides the best passage stating the chosen option, others scoring at least this share of it
+
+
+def citing(option: OptionGrounding) -> list[int]:
+    """Indices of the passages stating the option that its citation rests on: the best and those close to it."""
+    paired = zip(option.passages, option.scores, strict=True)
+    return [index for index, score in paired if score >= CITED_SHARE * option.score]
+
+
+def decide(
+    options: Sequence[str], grounding: Grounding, model: Sequence[float] | None, settings: ReadSettings
+) -> int | None:
+    """The index of the chosen option: grounding share and model share weighted by `grounding_weight` (grounding
+    alone when `model` is None). When no option is stated anywhere, an 'insufficient information' option wins unless
+    the model is confident; with no such option and no model there is nothing to choose with (None)."""
+    unanswerable = [index for index, option in enumerate(options) if is_insufficient(option)]
+    if not grounding.any_grounded:
+        answers = [share for index, share in enumerate(model or []) if index not in unanswerable]
+        if unanswerable and max(answers, default=0.0) < settings.insufficient_below:
+            return unanswerable[0]
+        if model is None:
+            return None
+    shares = grounding.shares()
+    if model is not None:
+        weight = settings.grounding_weight
+        shares = [weight * lexical + (1 - weight) * llm for lexical, llm in zip(shares, model, strict=True)]
+    return max(range(len(options)), key=lambda index: (shares[index], -index))
 
 
 def quoted(answer: Answer, sentences: int) -> Answer:

@@ -1,11 +1,13 @@
 """Deterministic validation of an answer against the corpus: nothing the store cannot reproduce is ever cited.
 
 Each piece of evidence must name a paper in the store and a locator into that paper whose text contains the evidence
-text and its quote (compared case- and whitespace-insensitively). Failing evidence is removed; a claim left citing no
-valid evidence is dropped; an answer whose claims were all dropped is marked unsupported; a multiple-choice answer
-must be one of the options. Section path, page and title are taken from the store, not from the answer. Citation
-marks and locators written inside the answer's prose are removed: citations live only in claims' validated numbers
-(a mark left in the prose would point at renumbered evidence, or at nothing).
+text and its quote (compared case- and whitespace-insensitively), outside a reference list. Failing evidence is
+removed. Then content: a fact's value and unit must be written in the passage it cites, a calculation must compute
+from the facts kept, a multiple-choice answer's passage must state the chosen option (`strata.read.grounding`
+normalises both). A claim left citing no valid evidence is dropped; an answer whose claims were all dropped is
+marked unsupported; a multiple-choice answer must be one of the options. Section path, page and title are taken from
+the store, not from the answer. Citation marks and locators written inside the answer's prose are removed: citations
+live only in claims' validated numbers (a mark left in the prose would point at renumbered evidence, or at nothing).
 """
 
 from __future__ import annotations
@@ -15,6 +17,9 @@ import unicodedata
 from collections.abc import Sequence
 
 from strata.documents.model import Locator
+from strata.read.calculate import compute, fact_number
+from strata.read.grounding import contains_sequence, fine_tokens, mentions
+from strata.read.local import REFERENCE_HEADING
 from strata.read.model import Answer, Claim, Evidence
 from strata.store.protocol import PaperStore
 
@@ -51,6 +56,8 @@ def check_evidence(evidence: Evidence, store: PaperStore) -> tuple[Evidence | No
             return None, f"[{evidence.number}] the {what} is not in {evidence.locator}: {claimed[:80]!r}"
     if not normalized(evidence.text):
         return None, f"[{evidence.number}] has no evidence text"
+    if any(REFERENCE_HEADING.match(title) for title in located.section_path[-1:]):
+        return None, f"[{evidence.number}] is a reference-list entry, which states no finding of the paper"
     title = store.paper_summaries([evidence.paper_id])[evidence.paper_id].title
     return evidence.model_copy(
         update={"title": title, "section_path": located.section_path, "page": located.page}
@@ -77,6 +84,7 @@ def validate_answer(answer: Answer, store: PaperStore, options: Sequence[str] | 
             claims.append(claim.model_copy(update={"citations": citations, "text": text}))
         else:
             rejections.append(f"claim dropped, none of its citations {claim.citations} is valid: {claim.text[:80]!r}")
+    claims = stated_claims(answer, claims, valid, options or [], rejections)
     cited = {number for claim in claims for number in claim.citations}
     renumbered = {old: new for new, old in enumerate((n for n in valid if n in cited), start=1)}
     claims = [
@@ -100,3 +108,68 @@ def validate_answer(answer: Answer, store: PaperStore, options: Sequence[str] | 
             "rejections": rejections,
         }
     )
+
+
+def stated_claims(
+    answer: Answer, claims: list[Claim], valid: dict[int, Evidence], options: Sequence[str], rejections: list[str]
+) -> list[Claim]:
+    """The claims whose content their cited passages state: a fact's value and unit, a multiple-choice answer's
+    option (exactly or normalised), a calculation recomputed from the facts kept. A citation whose passage does not
+    state the claim is removed; a claim left citing nothing is dropped (each with a line in `rejections`)."""
+    kept: list[Claim] = []
+    for claim in claims:
+        if claim.expression is not None:
+            continue  # calculations are checked below, against the facts that survive
+        if claim.value is not None:
+            stating = [n for n in claim.citations if states_value(claim.value, claim.unit or "", valid[n].text)]
+            what = f"the value {claim.text!r}"
+        elif answer.format == "mc" and claim.text == answer.choice:
+            stating = [n for n in claim.citations if mentions(claim.text, valid[n].text, options, answer.question)]
+            what = f"the chosen option {claim.text!r}"
+        else:
+            kept.append(claim)
+            continue
+        rejections.extend(f"[{n}] does not state {what}" for n in claim.citations if n not in stating)
+        if stating:
+            kept.append(claim.model_copy(update={"citations": stating}))
+        else:
+            rejections.append(f"claim dropped, no cited passage states {what}")
+    facts = [claim for claim in kept if claim.value is not None]
+    for claim in claims:
+        if claim.expression is not None and recomputed(claim, facts, rejections):
+            kept.append(claim)
+    return kept
+
+
+def states_value(value: str, unit: str, passage: str) -> bool:
+    """Whether the passage states the value (numbers compared in one spelling: '4.20' is '4.2', '1,250' is '1250')
+    with its unit within a few tokens of it ('12 ± 3 g', 'mass (g): 12'); spacing, case and dashes do not matter."""
+    tokens, wanted, units = fine_tokens(passage), fine_tokens(value), fine_tokens(unit)
+    if not wanted:
+        return False
+    if units and wanted[-len(units) :] == units:  # the value already carries its unit ('5 g')
+        units = []
+    width = len(wanted)
+    for start in range(len(tokens) - width + 1):
+        if tokens[start : start + width] != wanted:
+            continue
+        near = tokens[max(0, start - UNIT_WINDOW) : start + width + UNIT_WINDOW + len(units)]
+        if not units or contains_sequence(near, units):
+            return True
+    return False
+
+
+UNIT_WINDOW = 6  # tokens either side of a value within which its unit must be written
+
+
+def recomputed(claim: Claim, facts: Sequence[Claim], rejections: list[str]) -> bool:
+    """Whether the calculation still computes, to the value it claims, from the facts validation kept."""
+    try:
+        result, _ = compute(claim.expression or "", facts)
+    except ValueError as error:
+        rejections.append(f"calculation dropped: {error}")
+        return False
+    if fact_number(claim.value or "") != float(f"{result:.6g}"):
+        rejections.append(f"calculation dropped: {claim.expression} is {result:.6g}, not {claim.value}")
+        return False
+    return True

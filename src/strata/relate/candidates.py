@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from strata.config import Settings
+from strata.config import RelateSettings, Settings
 from strata.corpus import CorpusView
 from strata.documents.model import Ranking
 from strata.relate.expand import Expansion, Relater
@@ -31,18 +31,21 @@ class CandidateSet(BaseModel):
     expansion: Expansion | None = Field(default=None, description="Relate's seeds and signal lists; None when off")
 
 
-def expand_and_fuse(run: RetrievalRun, *, corpus: CorpusView, settings: Settings) -> CandidateSet:
+def expand_and_fuse(
+    run: RetrievalRun, *, corpus: CorpusView, settings: Settings, expansion: Expansion | None = None
+) -> CandidateSet:
     """Relate for a finished retrieval run: Ranking B from its seeds, fused with its Ranking A (unless Relate is
-    off), cut to `settings.relate.candidates`. Separate from the loop so Relate variants can share one run."""
+    off), cut to `settings.relate.candidates`. Separate from the loop so Relate variants can share one run, and
+    fusion variants one `expansion` of it."""
     ranking_a, relate, rrf_k = run.ranking, settings.relate, settings.search.rrf_k
     limit = relate.candidates
-    expansion = None
-    if relate.enabled:
+    if not relate.enabled:
+        expansion = None
+    elif expansion is None:
         expansion = Relater(corpus, relate, settings.store.home).expand(ranking_a, rrf_k)
+    if expansion is not None:
         ranking_b = expansion.ranking
-        fused = reciprocal_rank_fusion(
-            [ranking_a.paper_ids, ranking_b.paper_ids], k=rrf_k, weights=[relate.weight_a, relate.weight_b]
-        )[:limit]
+        fused = _fused(ranking_a.paper_ids, ranking_b.paper_ids, relate, rrf_k)[:limit]
         candidates = Ranking(
             query=run.question, method=CANDIDATES, candidates=merge_candidates(fused, [ranking_a, ranking_b])
         )
@@ -59,3 +62,16 @@ def expand_and_fuse(run: RetrievalRun, *, corpus: CorpusView, settings: Settings
         constraints=run.constraints,
         expansion=expansion,
     )
+
+
+def _fused(
+    ranking_a: list[str], ranking_b: list[str], relate: RelateSettings, rrf_k: int
+) -> list[tuple[str, float]]:
+    """Ranking A's first `keep_a` papers in A's order, then A and B fused (weighted RRF); each scored 1 / (k + its
+    final rank). Without the kept head, even a small weight on B reorders A's head (RRF scores of neighbouring ranks
+    differ by ~1/k**2), and A's best paper is the one B rarely lists first: it is the seed of its own neighbours."""
+    head = ranking_a[: relate.keep_a]
+    fused = reciprocal_rank_fusion([ranking_a, ranking_b], k=rrf_k, weights=[relate.weight_a, relate.weight_b])
+    kept = set(head)
+    order = head + [paper_id for paper_id, _ in fused if paper_id not in kept]
+    return [(paper_id, 1.0 / (rrf_k + rank)) for rank, paper_id in enumerate(order, start=1)]

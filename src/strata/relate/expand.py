@@ -34,7 +34,8 @@ class SignalList(BaseModel):
 
     signal: SignalName
     per_seed: list[list[str]] = Field(
-        description="Each seed followed by its neighbours' paper ids, best first; seeds in Ranking A's order"
+        description="Each seed's neighbours' paper ids (the seed itself left out), best first; seeds in Ranking A's "
+        "order"
     )
     interleaved: list[str] = Field(description="The per-seed lists interleaved round-robin, duplicates dropped")
 
@@ -83,9 +84,12 @@ class Relater:
         seeds = ranking_a.paper_ids[: self.settings.seeds]
         signals = []
         for name in self.enabled_signals():
-            # Each seed heads its own list, as its own nearest neighbour: Ranking B then starts with the seeds in
-            # A's order, so fusing A and B promotes the seeds' neighbours without pushing A's best papers down.
-            per_seed = [[seed, *self._neighbours(name)(seed, self.settings.neighbours)] for seed in seeds]
+            # Neighbours only: a seed heading its own list made Ranking B start as a copy of A's head, so the fusion
+            # counted A's order twice. A's own weight in the final fusion keeps its best papers up.
+            per_seed = [
+                [paper for paper in self._neighbours(name)(seed, self.settings.neighbours) if paper != seed]
+                for seed in seeds
+            ]
             signals.append(SignalList(signal=name, per_seed=per_seed, interleaved=round_robin(per_seed)))
         fused = reciprocal_rank_fusion([signal.interleaved for signal in signals], k=rrf_k)
         ranking = Ranking(query=ranking_a.query, method=RANKING_B, candidates=merge_candidates(fused, [ranking_a]))

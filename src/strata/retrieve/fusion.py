@@ -25,10 +25,9 @@ def reciprocal_rank_fusion(
         raise ValueError(f"the RRF constant k must be non-negative, got {k}")
     scores: dict[Key, float] = {}
     for ranking, weight in zip(rankings, weights):
-        seen: set[Key] = set()
-        for rank, key in enumerate(ranking, start=1):
-            if key in seen:
-                continue
-            seen.add(key)
+        # Each id at its first (best) rank: a dict keeps first insertions, in order.
+        best_rank = dict(zip(reversed(ranking), range(len(ranking), 0, -1)))
+        for key, rank in best_rank.items():
             scores[key] = scores.get(key, 0.0) + weight / (k + rank)
-    return sorted(scores.items(), key=lambda item: (-item[1], item[0]))
+    # Sorting (-score, id) pairs compares in C, without a key function called per id (a search fuses ~2,000 ids).
+    return [(key, -negative) for negative, key in sorted([(-score, key) for key, score in scores.items()])]

@@ -5,6 +5,7 @@ Errors a client caused are `ServiceError`s carrying an HTTP status; both front e
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import threading
 from collections.abc import Callable, Iterable
@@ -13,6 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO, Protocol
 
+import anyio
+import anyio.to_thread
+import numpy as np
 from pydantic import BaseModel, Field
 
 from strata.config import Settings
@@ -23,6 +27,7 @@ from strata.read.model import AnswerFormat, AskResult, StageEvent
 from strata.rerank.base import FirstStage, Reranker
 from strata.rerank.factory import LLM_METHODS
 from strata.retrieve.protocol import Method
+from strata.retrieve.query_batch import QueryBatcher
 from strata.store.sqlite import CorpusStats
 from strata.toc.query import TocAnswer
 
@@ -163,8 +168,13 @@ class CorpusService:
         self._llm_slots = threading.BoundedSemaphore(settings.serve.concurrent_asks)
         self._ingest_lock = threading.Lock()
         self._resident = ExitStack()  # what the default ask function keeps open between questions
+        self._batcher: QueryBatcher | None = None
+        self._batcher_lock = threading.Lock()
+        self._search_limiter: anyio.CapacityLimiter | None = None  # made in the event loop, on the first search
 
     def close(self) -> None:
+        if self._batcher is not None:
+            self._batcher.close()
         self._resident.close()
         self.corpus.close()
 
@@ -178,7 +188,7 @@ class CorpusService:
 
     def warm_up(self) -> None:
         """Load the indices and the query encoder now, so that the first request does not wait for them."""
-        self.corpus.searcher.search("warm up", k=1)
+        self.search("warm up", k=1, method="hybrid")
 
     # reading the corpus
 
@@ -186,13 +196,51 @@ class CorpusService:
         return Health(auth=self.limits.token is not None, corpus=self._store.stats())
 
     def search(self, query: str, k: int | None = None, method: Method = "hybrid", prf: bool | None = None) -> Ranking:
+        """A search from a worker thread (MCP, tests): the query is embedded by the shared batcher."""
         self.check_query(query)
+        vector = self.query_batcher.embed_query(query) if self._needs_query_vector(method) else None
+        return self.search_embedded(query, vector, k, method, prf)
+
+    async def search_async(
+        self, query: str, k: int | None = None, method: Method = "hybrid", prf: bool | None = None
+    ) -> Ranking:
+        """A search from the event loop: the query waits for its vector without holding a thread (so concurrent
+        queries gather into one encoder batch), then searches on one of `serve.search_threads` threads."""
+        self.check_query(query)
+        vector = None
+        if self._needs_query_vector(method):
+            vector = await asyncio.wrap_future(self.query_batcher.submit(query))
+        if self._search_limiter is None:
+            self._search_limiter = anyio.CapacityLimiter(self.limits.search_threads)
+        return await anyio.to_thread.run_sync(
+            self.search_embedded, query, vector, k, method, prf, limiter=self._search_limiter
+        )
+
+    def search_embedded(
+        self, query: str, vector: np.ndarray | None, k: int | None = None, method: Method = "hybrid",
+        prf: bool | None = None,
+    ) -> Ranking:
+        """The search itself, given the query's vector (None: the searcher embeds it, or needs none)."""
         try:
             ranking = self.corpus.searcher.search(query, k=min(k or self.settings.search.k, self.limits.max_k),
-                                           method=method, prf=prf)
+                                                  method=method, prf=prf, query_vector=vector)
         except ValueError as error:  # e.g. dense search on a BM25-only corpus
             raise ServiceError(str(error)) from error
         return self.reranker.rank(query, ranking)
+
+    def _needs_query_vector(self, method: Method) -> bool:
+        try:
+            return self.corpus.searcher.needs_query_vector(method)
+        except ValueError as error:  # dense search on a BM25-only corpus, an unknown method
+            raise ServiceError(str(error)) from error
+
+    @property
+    def query_batcher(self) -> QueryBatcher:
+        """Embeds every request's query, batching concurrent ones (started on first use)."""
+        with self._batcher_lock:
+            if self._batcher is None:
+                self._batcher = QueryBatcher(self.corpus.embedder, cache_size=self.limits.query_cache)
+            return self._batcher
 
     def paper(self, paper_id: str) -> PaperView:
         paper = self._get_paper(paper_id)

@@ -1,0 +1,225 @@
+"""Evidence-grounded option choice: options are found in the passages in any spelling of their numbers, units and
+names; the choice weighs that grounding against the model; an option stated nowhere is never cited; an
+'insufficient information' option wins when nothing is stated and the model is unsure; reference-list entries are
+never evidence."""
+
+from collections.abc import Sequence
+
+import pytest
+
+from strata.config import LLMSettings, ReadSettings
+from strata.documents.model import ChunkHit, ContentType, Locator
+from strata.llm import ContinuationScore, Generation, LLMClient, Scoring, Trace
+from strata.read.grounding import Grounding, OptionGrounding, ground, is_insufficient, mentions
+from strata.read.local import LocalReader, is_reference_entry
+from strata.read.model import Evidence, PaperReading
+from strata.read.synthesize import Synthesizer, decide, grounded_evidence
+
+QUESTION = "At which temperature was the enzyme assay of the kinase run?"
+OPTIONS = ["25 °C", "37 °C", "42 °C"]
+INSUFFICIENT = "Insufficient information to answer the question"
+
+
+@pytest.mark.parametrize(
+    ("option", "passage"),
+    [
+        ("4.2", "Plasma levels reached 4.2 mg/ml after one hour."),
+        ("4.2 mg/ml", "Plasma levels reached 4.2mg/mL after one hour."),
+        ("4.2 mg/mL", "Plasma levels reached 4.20 mg/ml after one hour."),
+        ("1250 cells", "We counted 1,250 cells per well."),
+        ("residues 344-360", "The loop spans residues 344\u2013360 of the receptor."),
+        ("residues 344–360", "The loop spans residues 344 to 360 of the receptor."),
+        ("Mn2+", "Activity required Mn\u00b2\u207a in the buffer."),
+        ("K548R", "The k548r mutant lost activity."),
+        ("super-open state", "It shifts the equilibrium to a super open state."),
+        ("Enlarged granular cells", "Cells became enlarged and granular."),
+        ("decreases", "Expression decreased twofold."),
+        ("12 Å", "The CDRs form a deep, 12 A\u02da pocket."),  # how PDFs print an angstrom
+    ],
+)
+def test_an_option_is_found_in_any_spelling_of_its_numbers_units_and_names(option, passage):
+    assert mentions(option, passage)
+
+
+@pytest.mark.parametrize(
+    ("option", "passage", "options"),
+    [
+        ("4.2", "Plasma levels reached 14.2 mg/ml.", ()),  # a number inside a longer one is another number
+        ("4.2", "Plasma levels reached 4.25 mg/ml.", ()),
+        ("K548R", "The R548K mutant lost activity.", ("K548R", "R548K")),  # same characters, another mutation
+        ("PAB1", "Deletion of PBE1 blocked growth.", ("PBE1", "PAB1")),
+        ("residues 360-380", "The loop spans residues 344-360.", ("residues 344-360", "residues 360-380")),
+        ("GSDME", "Cleavage of GSDMD was seen.", ("GSDMD", "GSDME")),
+        ("2 Å", "A 12 Å pocket, 2 nm from the site.", ("2 Å", "12 Å")),  # its number, but not with its unit
+    ],
+)
+def test_a_similar_but_different_value_or_name_is_not_found(option, passage, options):
+    assert not mentions(option, passage, options)
+
+
+def test_the_passage_holding_the_question_terms_weighs_more_than_a_passing_mention():
+    passages = [
+        "Kinase assays were run at 37 °C for 30 minutes.",  # the assay: question terms and an option
+        "Cells were stored at 42 °C before the experiment.",  # an option, but none of the question's terms
+        "The kinase has two domains.",  # question terms, no option
+    ]
+    grounding = ground(QUESTION, OPTIONS, passages)
+    by_option = {option.option: option for option in grounding.options}
+    assert [option.grounded for option in grounding.options] == [False, True, True]
+    assert by_option["37 °C"].passages == (0,) and by_option["42 °C"].passages == (1,)
+    assert by_option["37 °C"].score > 3 * by_option["42 °C"].score
+    shares = grounding.shares()
+    assert shares[0] == 0 and shares[1] > 0.75 and sum(shares) == pytest.approx(1)
+
+
+def test_an_option_in_the_sentence_holding_the_question_terms_beats_one_elsewhere_in_the_passage():
+    passage = "Samples were kept at 42 °C. Kinase assays were run at 37 °C for 30 minutes."
+    by_option = {option.option: option for option in ground(QUESTION, OPTIONS, [passage]).options}
+    assert by_option["37 °C"].grounded and by_option["42 °C"].grounded
+    assert by_option["37 °C"].score > 1.5 * by_option["42 °C"].score  # same passage, other sentence: SPREAD
+
+
+@pytest.mark.parametrize(
+    "option",
+    [INSUFFICIENT, "Not enough information", "Cannot be determined from the data", "Unknown", "Unable to answer"],
+)
+def test_insufficient_information_options_are_recognised_by_generic_wording(option):
+    assert is_insufficient(option)
+    grounding = ground("Is it known?", ["yes", option], [f"{option}. Yes."])
+    assert not grounding.options[1].grounded  # such an option states nothing the evidence could hold
+
+
+@pytest.mark.parametrize("option", ["The unknown gene", "Insulin", "no change", "It cannot bind ATP"])
+def test_ordinary_options_are_not_taken_for_insufficient_information(option):
+    assert not is_insufficient(option)
+
+
+def grounding_of(scores: Sequence[float]) -> Grounding:
+    return Grounding(tuple(OptionGrounding(f"o{i}", float(s > 0), s, (0,) if s else ()) for i, s in enumerate(scores)))
+
+
+def test_insufficient_information_wins_only_when_nothing_is_stated_and_the_model_is_unsure():
+    options = ["5 g", "7 g", INSUFFICIENT]
+    settings = ReadSettings(insufficient_below=0.6)
+    nothing = grounding_of([0, 0, 0])
+    assert decide(options, nothing, [0.5, 0.3, 0.2], settings) == 2  # unsure model
+    assert decide(options, nothing, [0.1, 0.8, 0.1], settings) == 1  # confident model
+    assert decide(options, nothing, None, settings) == 2  # grounding alone: nothing found
+    assert decide(options, grounding_of([0, 0.4, 0]), [0.5, 0.3, 0.2], settings) == 1  # an option is stated
+    assert decide(["5 g", "7 g"], grounding_of([0, 0]), None, settings) is None  # nothing to choose with
+
+
+def test_the_grounding_weight_trades_the_evidence_against_the_model():
+    options = ["5 g", "7 g"]
+    stated, model = grounding_of([0.9, 0.1]), [0.2, 0.8]
+    assert decide(options, stated, model, ReadSettings(grounding_weight=0.0)) == 1
+    assert decide(options, stated, model, ReadSettings(grounding_weight=1.0)) == 0
+    assert decide(options, stated, model, ReadSettings(grounding_weight=0.5)) == 0  # 0.55 against 0.45
+
+
+class LetterBackend:
+    """Prefers one option's letter whatever the evidence says; records every prompt it scores."""
+
+    name = "letters"
+    model = "letters-1"
+    load_seconds = None
+
+    def __init__(self, favourite: str, strength: float = 3.0) -> None:
+        self.favourite = favourite
+        self.strength = strength
+        self.prompts: list[str] = []
+
+    def score(self, system: str, user: str, continuations: Sequence[str]) -> Scoring:
+        self.prompts.append(user)
+        favoured = next((line[0] for line in user.splitlines() if line.endswith(f". {self.favourite}")), "")
+        scores = [ContinuationScore(continuation=c, logprob=0.0 if c == favoured else -self.strength, n_tokens=1)
+                  for c in continuations]  # fmt: skip
+        return Scoring(scores=scores, tokens_in=len(user.split()))
+
+    def generate(self, system, user, schema, options) -> Generation:
+        raise AssertionError("a multiple-choice answer generates nothing")
+
+    def close(self) -> None:
+        pass
+
+
+def evidence(*texts: str) -> list[Evidence]:
+    return [Evidence(number=n, paper_id="p", locator=f"p#{n}-{n + 1}", text=t) for n, t in enumerate(texts, start=1)]
+
+
+ASSAY = evidence("Cells were stored at 42 °C overnight.", "Kinase assays were run at 37 °C for 30 minutes.")
+
+
+def synthesizer(backend: LetterBackend, **settings) -> Synthesizer:
+    return Synthesizer(LLMClient(backend, LLMSettings(cache=False)), ReadSettings(**settings))
+
+
+def test_grounding_alone_asks_the_model_nothing_and_cites_the_passage_stating_the_option():
+    backend = LetterBackend("42 °C")
+    answer = synthesizer(backend, choice="grounding")._choose(QUESTION, OPTIONS, ASSAY, Trace())
+    assert backend.prompts == []
+    assert answer.choice == "37 °C" and answer.claims[0].citations == [2]
+
+
+def test_a_confident_model_can_outvote_the_grounding_but_its_option_cites_only_passages_stating_it():
+    backend = LetterBackend("25 °C", strength=8.0)  # an option stated nowhere
+    answer = synthesizer(backend, choice="letter", grounding_weight=0.3)._choose(QUESTION, OPTIONS, ASSAY, Trace())
+    assert len(backend.prompts) == len(OPTIONS)  # one letter prompt per cyclic order, no citation call
+    assert answer.choice == "25 °C" and answer.claims[0].citations == []
+    grounded = synthesizer(LetterBackend("25 °C", strength=8.0), grounding_weight=0.8)
+    assert grounded._choose(QUESTION, OPTIONS, ASSAY, Trace()).choice == "37 °C"
+
+
+def test_insufficient_information_is_chosen_when_no_option_is_stated_and_the_model_is_unsure():
+    options = [*OPTIONS, INSUFFICIENT]
+    unrelated = evidence("The kinase has two domains.")
+    unsure = synthesizer(LetterBackend("25 °C", strength=0.2), insufficient_below=0.5)
+    answer = unsure._choose(QUESTION, options, unrelated, Trace())
+    assert answer.choice == INSUFFICIENT and not answer.answerable and answer.claims == []
+    sure = synthesizer(LetterBackend("25 °C", strength=8.0), insufficient_below=0.5)
+    assert sure._choose(QUESTION, options, unrelated, Trace()).choice == "25 °C"
+
+
+def hit(text: str, start: int, content_type: ContentType = ContentType.TEXT, section: str = "Results") -> ChunkHit:
+    locator = Locator(paper_id="p", char_start=start, char_end=start + len(text), section_path=(section,))
+    return ChunkHit(rowid=start, text=text, content_type=content_type, locator=locator, score=1.0)
+
+
+def test_the_model_is_shown_the_passage_stating_an_option_even_if_the_reader_picked_another():
+    picked, stating = hit("The kinase has two domains.", 0), hit("Kinase assays were run at 37 °C.", 100)
+    reading = PaperReading(paper_id="p", rank=1, relevant=1, sufficient=1, accepted=True, passages=[picked],
+                           shown=[picked, stating])  # fmt: skip
+    shown = grounded_evidence(QUESTION, OPTIONS, [reading], limit=2)
+    assert [item.text for item in shown] == [stating.text, picked.text]  # the stating passage first
+    assert grounded_evidence(QUESTION, OPTIONS, [reading], limit=1)[0].text == stating.text
+
+
+def test_reference_list_entries_are_never_shown_to_the_reader_nor_made_evidence():
+    entry = hit("Smith J. Kinase assays at 42 °C. J Biol 2020;12:1-9.", 0, ContentType.REFERENCE)
+    untyped = hit("Lee K. Assays of kinases at 42 °C. Nature 2019.", 80, section="References")
+    finding = hit("Kinase assays were run at 37 °C.", 200)
+    assert is_reference_entry(entry) and is_reference_entry(untyped) and not is_reference_entry(finding)
+    reading = PaperReading(paper_id="p", rank=1, relevant=1, sufficient=1, accepted=True, passages=[entry, finding],
+                           shown=[entry, untyped, finding])  # fmt: skip
+    shown = grounded_evidence(QUESTION, OPTIONS, [reading], limit=5)
+    assert [item.text for item in shown] == [finding.text]
+
+
+class YesBackend(LetterBackend):
+    def score(self, system: str, user: str, continuations: Sequence[str]) -> Scoring:
+        self.prompts.append(user)
+        scores = [ContinuationScore(continuation=c, logprob=0.0 if c in ("yes", "Yes", "1") else -5.0, n_tokens=1)
+                  for c in continuations]  # fmt: skip
+        return Scoring(scores=scores, tokens_in=len(user.split()))
+
+
+def test_the_local_reader_drops_reference_entries_before_reading():
+    from strata.documents.model import Candidate
+
+    backend = YesBackend("")
+    reader = LocalReader(LLMClient(backend, LLMSettings(cache=False)), ReadSettings())
+    entry = hit("Smith J. Kinase assays at 42 °C. J Biol 2020.", 0, ContentType.REFERENCE)
+    finding = hit("Kinase assays were run at 37 °C.", 200)
+    reading = reader.read(QUESTION, Candidate(paper_id="p", score=1, rank=1), [entry, finding], Trace())
+    assert reading.accepted and reading.shown == [finding] and reading.passages == [finding]
+    assert all("Smith J." not in prompt for prompt in backend.prompts)
