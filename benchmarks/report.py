@@ -134,6 +134,11 @@ CLAIMS = (
     ),
     Claim("Read (`ask`, embedded LLM)", "LitQA2", "accuracy", Measure("read.json", "litqa2 (letter)"), ()),
     Claim(
+        "Read, full default pipeline (LLM letter shares + grounding 0.5)", "LitQA2", "accuracy",
+        Measure("read.json", "litqa2 (letter, default pipeline)"),
+        (("option by lexical grounding alone (no LLM)", Measure("read.json", "litqa2 (grounding, no LLM reading)")),),
+    ),
+    Claim(
         "Read, option by lexical grounding alone (no LLM)", "LitQA2", "accuracy",
         Measure("read.json", "litqa2 (grounding, no LLM reading)"),
         (("Read with the LLM choosing (letter)", Measure("read.json", "litqa2 (letter)")),),
