@@ -16,16 +16,8 @@ from pathlib import Path
 import tantivy
 from tantivy import DocAddress, Filter, Occur, Query, Searcher, TextAnalyzerBuilder, Tokenizer
 
-from strata.index.state import (
-    ChunkScore,
-    IndexSyncStats,
-    SyncProgress,
-    SyncState,
-    adopt_reference_choice,
-    chunk_scores,
-    read_state,
-    write_state,
-)
+from strata.index.state import ChunkScore, IndexSyncStats, SyncProgress, SyncState, chunk_scores, read_state
+from strata.index.state import adopt_reference_choice, write_state
 from strata.store.base import StoredChunk
 from strata.store.protocol import PaperStore
 

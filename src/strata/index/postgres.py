@@ -28,14 +28,8 @@ from strata.config import IndexSettings
 from strata.index.bm25 import FIELDS, TermSearch, english_analyzer
 from strata.index.dense import embedding_text
 from strata.encoders.embedder import Embedder, encoder_identity
-from strata.index.state import (
-    ChunkScore,
-    ChunkVectors,
-    IndexSyncStats,
-    SyncProgress,
-    SyncState,
-    adopt_reference_choice,
-)
+from strata.index.state import ChunkScore, ChunkVectors, IndexSyncStats, SyncProgress, SyncState
+from strata.index.state import adopt_reference_choice
 from strata.store.postgres import PostgresCorpusStore
 from strata.store.protocol import PaperStore
 from strata.store.sqlite import StoredChunk
