@@ -1,9 +1,11 @@
 """Load test of the HTTP API on loopback: N concurrent /search clients for a fixed time against `strata serve`.
 
-    python benchmarks/load.py --home .strata/litqa2 [--clients 50] [--seconds 30] [--method hybrid]
+    python benchmarks/load.py --home .strata/litqa2 [--clients 50] [--seconds 30] [--method hybrid] [--workers 2]
 
 The server runs as its own process (`strata serve` on 127.0.0.1 and a free port), so that it and the clients do
-not share one interpreter lock. Queries are the LitQA2 questions, cycled. Bounded: the clients stop at the deadline,
+not share one interpreter lock (`--workers N`: serve.workers, N server processes; the load is measured once all have
+loaded). The clients run on the same machine, so they share its cores with the server (~0.15 of a core at 300 req/s).
+Queries are the LitQA2 questions, cycled. Bounded: the clients stop at the deadline,
 the server is stopped at the end. Writes benchmarks/results/load.json (strata.eval.results; experiments of other
 names already in the file are kept, so a `--name 'hybrid (before)'` run stays beside the current one) and prints
 a table. The clients speak plain keep-alive HTTP/1.1 (`--client httpx` for the AsyncClient of the first runs, which
@@ -18,6 +20,7 @@ import json
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from urllib.parse import urlencode
@@ -38,9 +41,9 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def start_server(home: Path, port: int) -> subprocess.Popen:
+def start_server(home: Path, port: int, workers: int = 1) -> subprocess.Popen:
     command = [sys.executable, "-m", "strata.cli", "serve", "--host", "127.0.0.1", "--port", str(port),
-               "--store.home", str(home)]
+               "--store.home", str(home), "--serve.workers", str(workers)]
     return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
 
@@ -54,6 +57,23 @@ def wait_until_healthy(url: str, server: subprocess.Popen) -> dict:
         except httpx.TransportError:
             time.sleep(0.5)
     raise TimeoutError(f"the server at {url} was not healthy within {STARTUP_TIMEOUT_S}s")
+
+
+def wait_for_workers(server: subprocess.Popen, workers: int) -> None:
+    """Block until each of the server's `workers` processes has logged that its app started (uvicorn's line), then
+    keep draining its log so that the pipe never fills."""
+    started = threading.Semaphore(0)
+
+    def drain() -> None:
+        for line in server.stderr:
+            if "Application startup complete" in line:
+                started.release()
+
+    threading.Thread(target=drain, daemon=True).start()
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    for _ in range(workers):
+        if not started.acquire(timeout=max(0.0, deadline - time.monotonic())):
+            raise TimeoutError(f"not all {workers} workers started within {STARTUP_TIMEOUT_S}s")
 
 
 async def run_clients(url: str, queries: list[str], clients: int, seconds: float, method: str, k: int,
@@ -184,6 +204,7 @@ def main() -> int:
                         "(it costs the machine more CPU than the server)")
     parser.add_argument("--name", help="experiment name (default: the method); a file keeps the experiments of "
                         "other names that earlier runs wrote, e.g. 'bm25 (before #22)' beside 'bm25'")
+    parser.add_argument("--workers", type=int, default=1, help="server worker processes (serve.workers)")
     parser.add_argument("--url", help="load this already running server (e.g. one under a profiler) instead of "
                         "starting one; nothing is written unless --output is given explicitly")
     args = parser.parse_args()
@@ -195,9 +216,11 @@ def main() -> int:
                                           args.client))
     else:
         url = f"http://127.0.0.1:{free_port()}"
-        server = start_server(Path(args.home), int(url.rsplit(":", 1)[1]))
+        server = start_server(Path(args.home), int(url.rsplit(":", 1)[1]), args.workers)
         try:
             health = wait_until_healthy(url, server)
+            if args.workers > 1:  # /health answered from one worker: wait until every worker has loaded
+                wait_for_workers(server, args.workers)
             outcome = asyncio.run(run_clients(url, queries, args.clients, args.seconds, args.method, args.k,
                                               args.client))
         finally:
@@ -214,7 +237,8 @@ def main() -> int:
         "benchmarks/load.py",
         [run],
         datasets=[DatasetRef(name="litqa2", path=repo_relative(QUESTIONS, ROOT.parent))],
-        settings={"clients": args.clients, "seconds": args.seconds, "k": args.k, "client": args.client},
+        settings={"clients": args.clients, "seconds": args.seconds, "k": args.k, "client": args.client,
+                  "workers": args.workers, "load_generator": "same machine (shares its cores with the server)"},
         details={"corpus": {"papers": health["corpus"]["papers"], "chunks": health["corpus"]["chunks"]}},
     )
     update_result(Path(args.output), lambda earlier: merged(earlier, result))

@@ -1,6 +1,6 @@
 """Read benchmark: `ask` (Retrieve -> Relate -> Read) with the embedded model on LitQA2 and SciFact dev claims.
 
-    nice -n 10 python benchmarks/read.py [--litqa2-limit N] [--scifact-limit N] [--max-papers N]
+    nice -n 10 python benchmarks/read.py [--litqa2-limit N] [--scifact-limit N] [--max-papers N] [--preset NAME]
         [--choice letter|calibrated|likelihood|grounding] [--grounding-weight W] [--accept-all]
 
 LitQA2: the multiple-choice questions over their 39 PDFs (store built by `strata ingest` at .strata/litqa2):
@@ -26,6 +26,7 @@ from strata.documents.model import Candidate, ChunkHit
 from strata.llm import Trace
 from strata.pipeline import ask as pipeline_module
 from strata.read.model import PaperReading
+from strata.read.synthesize import decide
 from strata.eval.qa import QAEvalResult, QAPrediction, qa_dataset, qa_experiment, run_qa_eval
 from strata.eval.results import DatasetRef, Experiment, ResultFile, merged, new_result, repo_relative, update_result
 
@@ -52,14 +53,17 @@ class AcceptEveryPaper:
     def __init__(self, client: object, settings: ReadSettings) -> None:
         self.settings = settings
 
-    def read(self, question: str, candidate: Candidate, passages: list[ChunkHit], trace: Trace) -> PaperReading:
+    def read(
+        self, question: str, candidate: Candidate, passages: list[ChunkHit], trace: Trace, choose: bool = True
+    ) -> PaperReading:
         return PaperReading(paper_id=candidate.paper_id, title=candidate.title, rank=candidate.rank, relevant=1.0,
                             sufficient=1.0, accepted=bool(passages), passages=passages[:1], shown=passages)
 
 
 def run_name(name: str, args: argparse.Namespace) -> str:
     """The experiment's name: dataset, option choice, and the grounding weight or 'no LLM' where they apply."""
-    parts = [args.choice, *(["default pipeline"] if args.default_pipeline else [])]
+    parts = [args.choice, *(["default pipeline"] if args.default_pipeline else []),
+             *([f"{args.preset} preset"] if args.preset else [])]
     if args.choice != "grounding" and args.grounding_weight is not None:
         parts.append(f"grounding {args.grounding_weight:g}")
     if args.accept_all:
@@ -88,6 +92,7 @@ def settings_for(name: str, args: argparse.Namespace) -> Settings:
         "read.llm_retrieval": args.llm_retrieval,
     }
     return Settings.load(
+        preset=args.preset,
         overrides={
             **cheap,
             **weights,
@@ -111,21 +116,48 @@ def show(prediction: QAPrediction) -> None:
     )
 
 
-def experiment(result: QAEvalResult, args: argparse.Namespace, name: str) -> Experiment:
-    """The run as an experiment named after its dataset and option choice, with the caps it ran under."""
+SWEEP = [index / 10 for index in range(11)]
+
+
+def weight_sweep(predictions: list[QAPrediction], read: ReadSettings) -> dict[str, float]:
+    """Choice accuracy at each read.grounding_weight, recomputed from the shares each answer recorded (no new LLM
+    call), so the weight is chosen on these dev questions; {} when no LLM took part in the choice. A question whose
+    answer recorded no shares (nothing read, nothing to choose from) counts as wrong at every weight."""
+    if not any(score.model is not None for prediction in predictions for score in prediction.option_scores):
+        return {}
+    accuracy = {}
+    for weight in SWEEP:
+        settings = read.model_copy(update={"grounding_weight": weight})
+        right = 0
+        for prediction in predictions:
+            scores = prediction.option_scores
+            if not scores or any(score.model is None for score in scores):
+                continue
+            best = decide(prediction.options, [score.grounding for score in scores],
+                          [score.model or 0.0 for score in scores], settings)  # fmt: skip
+            right += best is not None and prediction.options[best] == prediction.correct
+        accuracy[f"{weight:g}"] = right / len(predictions)
+    return accuracy
+
+
+def experiment(
+    result: QAEvalResult, predictions: list[QAPrediction], args: argparse.Namespace, name: str
+) -> Experiment:
+    """The run as an experiment named after its dataset and option choice, with the caps it ran under and, when the
+    LLM took part in the choice, the accuracy at each grounding weight."""
     run = qa_experiment(result, run_name(name, args))
+    read = result.settings["read"]  # the values the run had, whether flags, the preset or defaults set them
     caps = {
-        "grounding_weight": result.settings["read"]["grounding_weight"],
+        **{key: read[key] for key in ("grounding_weight", "max_papers", "enough_papers", "passages_per_paper",
+                                      "max_evidence", "llm_retrieval", "choice")},
         "accept_all": args.accept_all,
-        "max_papers": args.max_papers,
-        "passages_per_paper": args.passages,
-        "max_evidence": args.max_evidence,
-        "llm_retrieval": args.llm_retrieval,
-        "choice": args.choice,
+        "preset": args.preset,
         "limit": result.limit,
-        "overrides": {**RUN_OVERRIDES[name], **dict(args.set)},
+        "overrides": {**({} if args.default_pipeline else RUN_OVERRIDES[name]), **dict(args.set)},
     }
-    return run.model_copy(update={"details": {"caps": caps, "models": run.details["models"]}})
+    sweep = weight_sweep(predictions, ReadSettings.model_validate(read))
+    details = {"caps": caps, "models": run.details["models"], **({"grounding_weight_sweep": sweep} if sweep else {})}
+    return run.model_copy(update={"details": details})
 
 
 def table(result: ResultFile) -> str:
@@ -137,6 +169,9 @@ def table(result: ResultFile) -> str:
             f"{'':<14} {run.cost['llm_calls']:.0f} LLM calls, {run.cost['llm_tokens_in']:.0f} tokens in, "
             f"{run.cost['llm_tokens_out']:.0f} out, {run.cost['seconds_per_question']:.0f} s/question"
         )
+        if sweep := run.details.get("grounding_weight_sweep"):
+            lines.append(f"{'':<14} accuracy by grounding weight: "
+                         + "  ".join(f"{weight} {value:.3f}" for weight, value in sweep.items()))
     return "\n".join(lines)
 
 
@@ -147,6 +182,8 @@ def main() -> int:
     parser.add_argument("--default-pipeline", action="store_true",
                         help="every setting at its default (dense on, LLM retrieval on, 8 papers read), instead of "
                              "the cheap setup the --max-papers/--passages/--max-evidence/--llm-retrieval flags set")
+    parser.add_argument("--preset", help="a settings preset under the run's settings (e.g. quality: the 1.5B model "
+                        "decides); part of the run's name")
     parser.add_argument("--litqa2-store", type=Path, default=LITQA2_STORE, help="store holding the 39 LitQA2 PDFs")
     parser.add_argument("--max-papers", type=int, default=3, help="papers read per question")
     parser.add_argument("--max-evidence", type=int, default=4, help="evidence passages given to synthesis")
@@ -176,11 +213,17 @@ def main() -> int:
         if limit <= 0:
             continue
         print(f"{name}: {limit} questions", file=sys.stderr, flush=True)
+        predictions: list[QAPrediction] = []
+
+        def keep(prediction: QAPrediction) -> None:
+            predictions.append(prediction)
+            show(prediction)
+
         result = run_qa_eval(
             settings_for(name, args), folder, split=split, limit=limit, output_dir=WORK, store_home=store,
-            on_prediction=show,
+            on_prediction=keep,
         )
-        runs.append(experiment(result, args, name))
+        runs.append(experiment(result, predictions, args, name))
         datasets.append(qa_dataset(result).model_copy(update={"path": repo_relative(folder, REPO)}))
     # Datasets run separately (one per invocation on a busy machine) keep each other's experiments.
     this_run = new_result("benchmarks/read.py", runs, datasets=datasets)

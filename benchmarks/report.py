@@ -129,14 +129,30 @@ CLAIMS = (
         (("hybrid, MiniLM", Measure("scifact-test-hybrid.json")), ("BM25", Measure("scifact-test-bm25.json"))),
     ),
     Claim(
+        "Static encoder + MiniLM re-scoring its top 20", "SciFact test", "nDCG@10",
+        Measure("embed.json", "static-rescore-hybrid"),
+        (("hybrid, MiniLM", Measure("scifact-test-hybrid.json")),
+         ("hybrid, static alone", Measure("embed.json", "static-hybrid"))),
+    ),
+    Claim(
         "Lit3R Relate (A+B, fusion chosen on SciFact train claims)", "SciFact test", "R@50",
         Measure("lit3r_retrieval.json", "scifact: A+B"), (("Retrieve alone (A)", Measure("lit3r_retrieval.json", "scifact: A")),),
     ),
     Claim("Read (`ask`, embedded LLM)", "LitQA2", "accuracy", Measure("read.json", "litqa2 (letter)"), ()),
     Claim(
-        "Read, full default pipeline (LLM letter shares + grounding 0.5)", "LitQA2", "accuracy",
+        "Read, full default pipeline (0.5B; letter shares + grounding 0.5)", "LitQA2 dev", "accuracy",
         Measure("read.json", "litqa2 (letter, default pipeline)"),
         (("option by lexical grounding alone (no LLM)", Measure("read.json", "litqa2 (grounding, no LLM reading)")),),
+    ),
+    Claim(
+        "Read, `quality` preset (the 1.5B decides, the 0.5B filters)", "LitQA2 dev", "accuracy",
+        Measure("read.json", "litqa2 (letter, default pipeline, quality preset)"),
+        (("default pipeline (0.5B)", Measure("read.json", "litqa2 (letter, default pipeline)")),
+         ("option by lexical grounding alone (no LLM)", Measure("read.json", "litqa2 (grounding, no LLM reading)"))),
+    ),
+    Claim(
+        "Read on SciFact claims (supported or refuted?)", "SciFact dev", "accuracy",
+        Measure("read.json", "scifact (letter, default pipeline)"), (),
     ),
     Claim(
         "Read, option by lexical grounding alone (no LLM)", "LitQA2", "accuracy",
@@ -556,7 +572,8 @@ def read_section(name: str, result: ResultFile) -> str:
     for e in result.experiments:
         caps = e.details["caps"]
         lines.append(
-            f"Caps, {e.name}: first {caps['limit']} questions, {caps['max_papers']} papers read per question, "
+            f"Caps, {e.name}: first {caps['limit']} questions, {caps['max_papers']} papers read per question"
+            f"{f' (until {n} are accepted)' if (n := caps.get('enough_papers')) else ''}, "
             f"{caps['passages_per_paper']} passages per paper, {caps['max_evidence']} evidence passages, LLM retrieval "
             f"{'on' if caps['llm_retrieval'] else 'off'}, option choice `{caps['choice']}`; "
             f"model {e.details['models']['llm_model']}."

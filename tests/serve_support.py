@@ -1,4 +1,5 @@
-"""Shared by the tests of `strata.serve`: a small real corpus and an ask function that answers from it.
+"""Shared by the tests of `strata.serve`: a small real corpus, cheap settings for the real pipeline over it, and an
+ask function that answers from it.
 
 The corpus is two real LitQA2 PDFs (BM25 only, no table detection, so it builds in seconds), built once per test
 session however many modules use it. The fake ask function emits stage events and returns an AskResult whose
@@ -21,6 +22,17 @@ from strata.read.model import Answer, AskResult, Claim, Evidence, StageEvent
 PDFS = ["10.1007%2Fs00125-024-06103-w.pdf", "10.1101%2F2024.02.13.580051.pdf"]
 UPLOAD_PDF = "10.1101%2F2024.05.13.593936.pdf"  # not in the corpus until a test uploads it
 QUESTION = "Which KCNJ11 mutation causes sulfonylurea-sensitive diabetes?"
+# LitQA2 dev question f7346ea0-5f1b-45e9-a1d6-493c754159c1, answered by the first of the corpus's two PDFs.
+MC_QUESTION = ("Which of the following processes are impacted by the S118L mutation of the potassium channel Kir6.2 in "
+               "humans?")
+MC_OPTIONS = ["membrane trafficking", "ATP sensitivity", "metabolic inhibition", "channel stimulation by MgADP"]
+MC_PAPER = "10.1007_s00125-024-06103-w"
+# The real pipeline (no fake ask) made cheap enough for a test, ~6 LLM calls: the tiny packaged model (SmolLM2-135M),
+# no response cache (every call really runs), one retrieval round, two papers read, the option picked by lexical
+# grounding. Every paper is accepted: the 135M model rejects both, which would leave nothing to cite or check.
+TINY_PIPELINE = {"llm.model": "packaged:smollm2-135m", "llm.cache": "false", "relate.enabled": "false",
+                 "read.llm_retrieval": "false", "read.max_papers": "2", "read.passages_per_paper": "2",
+                 "read.choice": "grounding", "read.accept_threshold": "0"}
 
 
 def corpus_settings(home: Path, **overrides: str) -> Settings:

@@ -73,6 +73,8 @@ def test_eval_qa_on_litqa2_scores_answers_and_writes_predictions(shared_data, tm
             class backend:  # noqa: N801
                 name = "fake"
 
+        decider = client
+
         def ask(self, question, *, options=None, answer_format="text", on_event=None):
             record = next(r for r in records if r["question"] == question)
             asked.append(record["ideal"] in options and answer_format == "mc")

@@ -94,8 +94,11 @@ def test_ordinary_options_are_not_taken_for_insufficient_information(option):
     assert not is_insufficient(option)
 
 
-def grounding_of(scores: Sequence[float]) -> Grounding:
-    return Grounding(tuple(OptionGrounding(f"o{i}", float(s > 0), s, (0,) if s else ()) for i, s in enumerate(scores)))
+def grounding_of(scores: Sequence[float]) -> list[float]:
+    """The grounding shares `decide` weighs, of options scoring `scores`."""
+    return Grounding(
+        tuple(OptionGrounding(f"o{i}", float(s > 0), s, (0,) if s else ()) for i, s in enumerate(scores))
+    ).shares()
 
 
 def test_insufficient_information_wins_only_when_nothing_is_stated_and_the_model_is_unsure():
@@ -223,3 +226,18 @@ def test_the_local_reader_drops_reference_entries_before_reading():
     reading = reader.read(QUESTION, Candidate(paper_id="p", score=1, rank=1), [entry, finding], Trace())
     assert reading.accepted and reading.shown == [finding] and reading.passages == [finding]
     assert all("Smith J." not in prompt for prompt in backend.prompts)
+
+
+def test_a_multiple_choice_reading_cites_every_passage_shown_without_asking_which():
+    from strata.documents.model import Candidate
+
+    backend = YesBackend("")
+    reader = LocalReader(LLMClient(backend, LLMSettings(cache=False)), ReadSettings())
+    passages = [hit("Kinase assays were run at 37 °C.", 0), hit("Assays at 42 °C failed.", 200)]
+    candidate = Candidate(paper_id="p", score=1, rank=1)
+    chosen = reader.read(QUESTION, candidate, passages, Trace())
+    asked = len(backend.prompts)
+    unchosen = reader.read(QUESTION, candidate, passages, Trace(), choose=False)
+    assert chosen.passages == passages[:1]  # the model named passage 1 (its second share is below the minimum)
+    assert unchosen.accepted and unchosen.passages == passages
+    assert asked == 3 and len(backend.prompts) - asked == 2  # Decisions A and B only: no 'which passage' call

@@ -267,3 +267,60 @@ def test_the_reranker_runs_once_at_the_stage_the_settings_name(corpus, monkeypat
     assert inside_retrieve == (stage == "subqueries")  # Retrieve gets the reranker only for 'subqueries'
     assert Counting.calls == (stage == "candidates")  # and the pipeline reranks the candidates only otherwise
     assert ("rerank" in events) == (stage == "candidates")
+
+
+def test_reading_stops_once_enough_papers_are_accepted(corpus, make_pipeline):
+    settings, opened = corpus
+    every = make_pipeline(RuleBackend()).ask(QUESTION, options=OPTIONS)
+    assert [reading.paper_id for reading in every.readings] == list(PAPERS)  # one accepted: all three judged
+    enough = settings.model_copy(update={"read": settings.read.model_copy(update={"enough_papers": 1})})
+    backend = RuleBackend()
+    early = Pipeline(enough, opened, LLMClient(backend, enough.llm), FirstStage()).ask(QUESTION, options=OPTIONS)
+    assert [reading.paper_id for reading in early.readings] == ["good"]  # the first paper was accepted
+    assert early.answer.choice == "5 g" and early.answer.supported
+    assert len(early.trace.calls) == len(every.trace.calls) - 3  # 'topic' (A and B) and 'other' (A) not judged
+
+
+def test_the_deciding_model_makes_the_option_choice_and_the_default_one_the_filters(corpus, make_pipeline):
+    settings, opened = corpus
+    filters, decider = RuleBackend(), RuleBackend()
+    decider.model = "rules-large"
+    pipeline = Pipeline(settings, opened, LLMClient(filters, settings.llm), FirstStage(),
+                        LLMClient(decider, settings.llm))
+    result = pipeline.ask(QUESTION, options=OPTIONS)
+    assert result.answer.choice == "5 g"
+    assert decider.scored == [["A", "B", "C"]] * len(OPTIONS)  # only the letter choice, once per cyclic order
+    assert filters.scored and ["A", "B", "C"] not in filters.scored
+    models = {call.prompt: call.model for call in result.trace.calls}
+    assert models["read_choose_letter"] == "rules-large" and models["read_relevance"] == "rules-1"
+
+
+def test_a_corpus_opens_the_deciding_model_only_when_it_differs(tmp_path, monkeypatch):
+    from strata.config import Settings
+    from strata.corpus import Corpus
+
+    opened: list[str] = []
+
+    class Client:
+        def __init__(self, llm):
+            self.model = llm.model
+            opened.append(llm.model)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return None
+
+    monkeypatch.setattr("strata.llm.make_client", lambda settings, **_: Client(getattr(settings, "llm", settings)))
+    home = {"store.home": str(tmp_path / "home"), "index.dense": False}
+    same = Settings.load(overrides={**home, "llm.decide_model": "packaged:qwen2.5-coder-0.5b"})
+    with Corpus.open(same) as corpus:
+        assert corpus.decider is corpus.llm
+    other = Settings.load(overrides={**home, "llm.decide_model": "packaged:qwen2.5-coder-1.5b"})
+    with Corpus.open(other) as corpus:
+        assert corpus.decider.model == "packaged:qwen2.5-coder-1.5b" and corpus.llm.model == other.llm.model
+    given = LLMClient(RuleBackend(), other.llm)
+    with Corpus.open(other, given) as corpus:
+        assert corpus.decider is given  # a caller's client answers every call
+    assert opened == ["packaged:qwen2.5-coder-0.5b", "packaged:qwen2.5-coder-1.5b", "packaged:qwen2.5-coder-0.5b"]

@@ -150,6 +150,12 @@ class LLMSettings(_Section):
         description="Embedded: 'packaged:NAME' (qwen2.5-coder-0.5b, qwen2.5-coder-1.5b, smollm2-135m) or a .gguf path; "
         "openai: the model name the server serves",
     )
+    decide_model: str | None = Field(
+        default=None,
+        description="The model, same backend, for the calls that decide an answer (the multiple-choice option, the "
+        "synthesized text); the cheap filters (subqueries, verification, Decisions A/B) stay on `model`. Unset: "
+        "`model` for every call",
+    )
     model_dir: Path = Field(
         default=Path("~/.cache/strata/models"),
         description="Where packaged models are assembled from their pip parts and verified; keep it outside the repo",
@@ -426,10 +432,16 @@ class ReadSettings(_Section):
     """Lit3R Read: per-paper local reading, cross-paper synthesis and citation validation."""
 
     max_papers: int = Field(
-        default=8,
+        default=5,
         ge=1,
-        description="Candidate papers read per question (Lit3R reads 50; on the embedded 0.5B model each paper costs "
-        "several seconds, so 8)",
+        description="Candidate papers local reading may judge per question, in first-stage order (Lit3R reads 50; on "
+        "the embedded 0.5B model each paper costs several seconds, so 5)",
+    )
+    enough_papers: int = Field(
+        default=2,
+        ge=1,
+        description="Local reading stops once this many papers are accepted: later candidates rank lower and rarely "
+        "change the answer, and each costs one or two LLM calls",
     )
     passages_per_paper: int = Field(
         default=3, ge=1, description="The paper's best chunks for the question shown to the local reader"
@@ -524,6 +536,14 @@ class ServeSettings(_Section):
         ge=1,
         description="Searches run at once (worker threads); more wait in the event loop. Searches are mostly "
         "Python holding the interpreter lock: a few threads keep the cores busy, dozens only contend",
+    )
+    workers: int = Field(
+        default=1,
+        ge=1,
+        description="`strata serve` worker processes sharing the port (uvicorn workers): searches are mostly Python "
+        "under one interpreter lock, so more cores need more processes. Each loads its own indices, query encoder "
+        "(and the embedded LLM on its first question: memory times N) and caches; concurrent_asks is per worker; "
+        "what one worker ingests, the others search from their next request (indices reload when their files change)",
     )
     query_cache: int = Field(
         default=4096,

@@ -50,6 +50,8 @@ class Corpus:
         self.index = CorpusIndex(self.store, settings)
         self.searcher = HybridSearcher(self.store, self.index, settings.search)
         self._client = client
+        self._client_given = client is not None  # a given client (a test's, a benchmark's) answers every call
+        self._decider: LLMClient | None = None
         self._reranker: Reranker | None = None
         self._cache: dict[Hashable, Any] = {}
 
@@ -80,6 +82,20 @@ class Corpus:
 
             self._client = self._stack.enter_context(make_client(self.settings))
         return self._client
+
+    @property
+    def decider(self) -> LLMClient:
+        """The client for the calls that decide an answer: `llm.decide_model` when set (and no client was given),
+        else the one LLM client."""
+        model = self.settings.llm.decide_model
+        if self._client_given or not model or model == self.settings.llm.model:
+            return self.llm
+        if self._decider is None:
+            from strata.llm import make_client
+
+            llm = self.settings.llm.model_copy(update={"model": model})
+            self._decider = self._stack.enter_context(make_client(llm))
+        return self._decider
 
     @property
     def reranker(self) -> Reranker:

@@ -23,7 +23,7 @@ from strata.eval.results import DatasetRef, Experiment, QueryRow, new_result, wr
 from strata.index.bm25 import english_analyzer
 from strata.llm import TraceSummary
 from strata.progress import Progress, tell
-from strata.read.model import AskResult, Evidence, StageEvent
+from strata.read.model import AskResult, Evidence, OptionScore, StageEvent
 from strata.read.synthesize import sentence_spans
 from strata.read.validate import normalized
 
@@ -48,6 +48,9 @@ class QAPrediction(BaseModel):
     accepted_papers: list[str]
     cited_papers: list[str]
     evidence: list[Evidence]
+    option_scores: list[OptionScore] = Field(
+        default_factory=list, description="Multiple choice: each option's grounding and model shares"
+    )
     metrics: dict[str, float]
     llm: TraceSummary
     seconds: float
@@ -119,6 +122,8 @@ def run_qa_eval(
             if on_prediction is not None:
                 on_prediction(prediction)
         llm_backend, llm_model = pipeline.client.backend.name, pipeline.client.model
+        if pipeline.decider.model != llm_model:
+            llm_model = f"{llm_model}, deciding {pipeline.decider.model}"
     result = QAEvalResult(
         dataset=dataset.name,
         dataset_dir=str(dataset.folder),
@@ -186,6 +191,7 @@ def _predict(pipeline, dataset: Dataset, query: EvalQuery, on_event: Callable[[S
         accepted_papers=_accepted(result),
         cited_papers=cited,
         evidence=answer.evidence,
+        option_scores=answer.option_scores,
         metrics=query_metrics(query, result, correct),
         llm=result.trace.summary(),
         seconds=result.wall_s,

@@ -66,14 +66,23 @@ def find_candidates(
 class Pipeline:
     """The stages of `ask` over one open corpus, LLM client and reranker, reused across questions."""
 
-    def __init__(self, settings: Settings, corpus: CorpusView, client: LLMClient, reranker: Reranker) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        corpus: CorpusView,
+        client: LLMClient,
+        reranker: Reranker,
+        decider: LLMClient | None = None,
+    ) -> None:
+        """`decider` (default: `client`) makes the calls that decide the answer; `client` makes the filters'."""
         self.settings = settings
         self.corpus = corpus
         self.store = corpus.store
         self.client = client
         self.reranker = reranker
+        self.decider = decider or client
         self.local = LocalReader(client, settings.read)
-        self.synthesizer = Synthesizer(client, settings.read)
+        self.synthesizer = Synthesizer(self.decider, settings.read)
 
     def ask(
         self,
@@ -105,7 +114,9 @@ class Pipeline:
             readings: list[PaperReading] = []
             stage: StageName = "read"
             try:
-                emit("read", "started", f"reading the top {self.settings.read.max_papers} candidates")
+                read = self.settings.read
+                emit("read", "started", f"reading up to {read.max_papers} candidates, until {read.enough_papers} "
+                     "are accepted")
                 self._read(question, options, candidates, trace, emit, readings)
                 accepted = sum(reading.accepted for reading in readings)
                 emit("read", "done", f"{accepted} of {len(readings)} papers accepted")
@@ -172,17 +183,22 @@ class Pipeline:
         emit: Callable[..., None],
         readings: list[PaperReading],
     ) -> None:
-        """Local reading of the top candidates, appended to `readings` as each finishes (kept if a later one fails).
+        """Local reading of the top candidates in rank order, appended to `readings` as each finishes (kept if a
+        later one fails), until `read.enough_papers` are accepted.
 
         A paper's passages are found with the question and its options: the options name the content an answer
         needs (a value, a residue range, a phenotype), which the question alone often does not."""
         top = candidates.top(self.settings.read.max_papers).candidates
         passages = self.passages(" ".join([question, *options]), [candidate.paper_id for candidate in top])
         for position, candidate in enumerate(top, start=1):
-            reading = self.local.read(question, candidate, passages.get(candidate.paper_id) or candidate.chunks, trace)
+            shown = passages.get(candidate.paper_id) or candidate.chunks
+            reading = self.local.read(question, candidate, shown, trace, choose=not options)
             readings.append(reading)
             verdict = "accepted" if reading.accepted else "rejected"
             emit("read", "started", f"{position}/{len(top)} {verdict}: {candidate.title or candidate.paper_id}")
+            if sum(reading.accepted for reading in readings) >= self.settings.read.enough_papers:
+                emit("read", "started", f"{self.settings.read.enough_papers} papers accepted: reading stops")
+                break
 
     def passages(self, query: str, paper_ids: list[str]) -> dict[str, list[ChunkHit]]:
         """Each paper's best chunks for `query`, searched again within the paper (a related paper's retrieval chunks
@@ -219,7 +235,7 @@ def _failed_answer(question: str, answer_format: AnswerFormat, error: Exception)
 def open_pipeline(settings: Settings, client: LLMClient | None = None) -> Iterator[Pipeline]:
     """A pipeline over the corpus under `settings.store.home`, with the configured LLM unless `client` is given."""
     with Corpus.open(settings, client) as corpus:
-        yield Pipeline(settings, corpus, corpus.llm, corpus.reranker)
+        yield Pipeline(settings, corpus, corpus.llm, corpus.reranker, corpus.decider)
 
 
 def ask(

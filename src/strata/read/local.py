@@ -42,8 +42,12 @@ class LocalReader:
         self.client = client
         self.settings = settings
 
-    def read(self, question: str, candidate: Candidate, passages: list[ChunkHit], trace: Trace) -> PaperReading:
-        """Decision A, then (if A holds) Decision B, then the supporting passages of an accepted paper."""
+    def read(
+        self, question: str, candidate: Candidate, passages: list[ChunkHit], trace: Trace, choose: bool = True
+    ) -> PaperReading:
+        """Decision A, then (if A holds) Decision B, then the supporting passages of an accepted paper: the ones the
+        model names, or with `choose=False` all shown (a multiple-choice answer cites the passages that state its
+        option, so the model's pick would cost a call and decide nothing)."""
         passages = [hit for hit in passages if not is_reference_entry(hit)]
         fields = {
             "title": flat(candidate.title) or candidate.paper_id,
@@ -65,7 +69,7 @@ class LocalReader:
             return reading
         reading.accepted = True
         reading.shown = passages
-        reading.passages = self._supporting(fields, passages, trace)
+        reading.passages = self._supporting(fields, passages, trace) if choose else passages
         return reading
 
     def _p_yes(self, prompt_name: str, fields: dict[str, str], trace: Trace) -> float:

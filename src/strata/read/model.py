@@ -40,6 +40,14 @@ class Claim(BaseModel):
     )
 
 
+class OptionScore(BaseModel):
+    """How a multiple-choice option fared: the shares the choice weighed (`read.grounding_weight`)."""
+
+    option: str
+    grounding: float = Field(description="Its share of the lexical grounding scores (0 when stated nowhere)")
+    model: float | None = Field(default=None, description="The model's share for it; None when no LLM chose")
+
+
 class Answer(BaseModel):
     """The answer to one question. `supported` is False when validation removed what the answer rested on."""
 
@@ -48,6 +56,9 @@ class Answer(BaseModel):
     text: str = Field(description="The answer as prose; 'Cannot answer from this corpus.' is a valid answer")
     choice: str | None = Field(default=None, description="Multiple choice: the selected option, verbatim")
     table: list[list[str]] | None = Field(default=None, description="Table answers: rows, the first one the header")
+    option_scores: list[OptionScore] = Field(
+        default_factory=list, description="Multiple choice: each option's grounding and model shares, in option order"
+    )
     claims: list[Claim] = Field(default_factory=list)
     evidence: list[Evidence] = Field(default_factory=list)
     supported: bool = Field(default=True, description="Every kept claim has validated evidence")

@@ -21,7 +21,16 @@ from strata.read.calculate import calculation_claims
 from strata.documents.model import ChunkHit
 from strata.read.grounding import Grounding, OptionGrounding, ground, is_insufficient
 from strata.read.local import flat, is_reference_entry, probabilities
-from strata.read.model import Answer, AnswerFormat, Claim, Evidence, PaperReading, citing_only, read_prompts
+from strata.read.model import (
+    Answer,
+    AnswerFormat,
+    Claim,
+    Evidence,
+    OptionScore,
+    PaperReading,
+    citing_only,
+    read_prompts,
+)
 
 CANNOT_ANSWER = "Cannot answer from this corpus."
 
@@ -130,18 +139,23 @@ class Synthesizer:
         model = None
         if self.settings.choice != "grounding":
             model = self._model_shares(show_evidence(evidence), flat(question), options, trace)
-        best = decide(options, grounding, model, self.settings)
+        lexical = grounding.shares()
+        scores = [OptionScore(option=option, grounding=share, model=None if model is None else model[index])
+                  for index, (option, share) in enumerate(zip(options, lexical, strict=True))]  # fmt: skip
+        best = decide(options, lexical, model, self.settings)
         if best is None:
-            return cannot_answer(question, "mc")
+            return cannot_answer(question, "mc").model_copy(update={"option_scores": scores})
         choice = options[best]
         if is_insufficient(choice):  # the evidence does not answer: nothing to cite
-            return Answer(question=question, format="mc", text=choice, choice=choice, answerable=False)
+            return Answer(question=question, format="mc", text=choice, choice=choice, answerable=False,
+                          option_scores=scores)  # fmt: skip
         citations = sorted(evidence[index].number for index in citing(grounding.options[best]))
         return Answer(
             question=question,
             format="mc",
             text=choice,
             choice=choice,
+            option_scores=scores,
             claims=[Claim(text=choice, citations=citations)],
             evidence=evidence,
         )
@@ -234,19 +248,20 @@ def citing(option: OptionGrounding) -> list[int]:
 
 
 def decide(
-    options: Sequence[str], grounding: Grounding, model: Sequence[float] | None, settings: ReadSettings
+    options: Sequence[str], lexical: Sequence[float], model: Sequence[float] | None, settings: ReadSettings
 ) -> int | None:
-    """The index of the chosen option: grounding share and model share weighted by `grounding_weight` (grounding
-    alone when `model` is None). When no option is stated anywhere, an 'insufficient information' option wins unless
-    the model is confident; with no such option and no model there is nothing to choose with (None)."""
+    """The index of the chosen option: its grounding share (`lexical`, all 0 when no option is stated anywhere) and
+    model share weighted by `grounding_weight` (grounding alone when `model` is None). When no option is stated, an
+    'insufficient information' option wins unless the model is confident; with no such option and no model there is
+    nothing to choose with (None)."""
     unanswerable = [index for index, option in enumerate(options) if is_insufficient(option)]
-    if not grounding.any_grounded:
+    if not any(lexical):
         answers = [share for index, share in enumerate(model or []) if index not in unanswerable]
         if unanswerable and max(answers, default=0.0) < settings.insufficient_below:
             return unanswerable[0]
         if model is None:
             return None
-    shares = grounding.shares()
+    shares = list(lexical)
     if model is not None:
         weight = settings.grounding_weight
         shares = [weight * lexical + (1 - weight) * llm for lexical, llm in zip(shares, model, strict=True)]

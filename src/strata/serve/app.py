@@ -9,7 +9,9 @@ from __future__ import annotations
 import asyncio
 import gc
 import ipaddress
+import json
 import logging
+import os
 import secrets
 import socket
 import threading
@@ -24,7 +26,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from fastapi.staticfiles import StaticFiles
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Field, SecretStr, model_validator
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from strata.config import Settings
@@ -52,6 +54,7 @@ MAX_CONTEXT_CHARS = 5000
 # A search allocates thousands of small objects that die with its request: collect the youngest generation every
 # 20,000 allocations rather than 700, and the older ones rarely (CPython's defaults are 700, 10, 10).
 GC_THRESHOLDS = (20_000, 20, 20)
+WORKER_SETTINGS_ENV = "_STRATA_SERVE_WORKER_SETTINGS"  # the settings `serve` hands its worker processes (JSON)
 
 
 class AskRequest(BaseModel):
@@ -260,11 +263,41 @@ def check_bind(settings: Settings) -> None:
 
 
 def serve(settings: Settings, ask_fn: AskFunction | None = None) -> None:
-    """Run the API and web page on serve.host:serve.port until interrupted."""
+    """Run the API and web page on serve.host:serve.port until interrupted; with serve.workers > 1, that many worker
+    processes share the port, each building the app from the settings handed down (`worker_app`)."""
     check_bind(settings)
-    uvicorn.run(create_app(settings, ask_fn), host=settings.serve.host, port=settings.serve.port, log_level="info",
+    workers = settings.serve.workers
+    if workers > 1 and ask_fn is not None:
+        raise ValueError("serve.workers > 1 runs the app in fresh processes: an ask_fn cannot be handed to them")
+    if workers > 1:
+        os.environ[WORKER_SETTINGS_ENV] = settings_json(settings)
+    app: FastAPI | str = f"{__name__}:worker_app" if workers > 1 else create_app(settings, ask_fn)
+    uvicorn.run(app, factory=workers > 1, workers=workers, host=settings.serve.host, port=settings.serve.port,
+                log_level="info",
                 # uvicorn annotates int but hands the value to loop.call_later, which takes fractional seconds.
                 timeout_keep_alive=settings.serve.keep_alive_s)  # type: ignore[arg-type]
+
+
+def worker_app() -> FastAPI:
+    """The app of one `serve.workers` process (a uvicorn factory): the parent's settings, read from the environment
+    it passed down (and then removed from this process's, so nothing it starts inherits the token)."""
+    return create_app(Settings.model_validate(json.loads(os.environ.pop(WORKER_SETTINGS_ENV))))
+
+
+def settings_json(settings: Settings) -> str:
+    """The settings as JSON a worker validates back into the same Settings, secrets included (a plain dump masks
+    them)."""
+
+    def plain(value: object) -> object:
+        if isinstance(value, SecretStr):
+            return value.get_secret_value()
+        if isinstance(value, dict):
+            return {key: plain(item) for key, item in value.items()}
+        if isinstance(value, list | tuple):
+            return [plain(item) for item in value]
+        return value
+
+    return json.dumps(plain(settings.model_dump()), default=str)
 
 
 @contextmanager
