@@ -145,7 +145,8 @@ def test_llm_settings_come_from_presets_and_the_environment(monkeypatch):
     settings = Settings.load(preset="openai-compatible")
     assert settings.llm.backend == "openai" and settings.llm.base_url == "http://gpu-box:9000/v1"
     assert settings.llm.api_key == SecretStr("sk-test") and "sk-test" not in repr(settings.llm)
-    assert Settings.load(preset="quality").llm.model == "packaged:qwen2.5-coder-1.5b"
+    quality = Settings.load(preset="quality").llm  # the 1.5B decides, the 0.5B default filters
+    assert quality.decide_model == "packaged:qwen2.5-coder-1.5b" and quality.model == Settings.load().llm.model
     monkeypatch.delenv("STRATA_LLM__BASE_URL")
     monkeypatch.delenv("STRATA_LLM__API_KEY")
     default = Settings.load()

@@ -36,25 +36,43 @@ def resolve_device(setting: str) -> str:
     return setting
 
 
+def load_base_tokenizer(spec: str, model_dir: Path) -> PreTrainedTokenizerBase:
+    """The tokenizer of the GGUF model `load_base_model` loads, alone (seconds: no weights are read)."""
+    return _gguf_tokenizer(resolve_model(spec, model_dir).path)
+
+
+def _gguf_tokenizer(path: Path) -> PreTrainedTokenizerBase:
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
 def load_base_model(
-    spec: str, model_dir: Path, device: str, cpu_threads: int | None = None
+    spec: str,
+    model_dir: Path,
+    device: str,
+    cpu_threads: int | None = None,
+    tokenizer: PreTrainedTokenizerBase | None = None,
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase, str]:
-    """A packaged or local GGUF model dequantised into transformers: (model, tokenizer, weights identity)."""
+    """A packaged or local GGUF model dequantised into transformers: (model, tokenizer, weights identity); the
+    tokenizer is `tokenizer` when given (one `load_base_tokenizer` already returned for `spec`)."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
     if device == "cpu" and cpu_threads:
         torch.set_num_threads(cpu_threads)
     resolved = resolve_model(spec, model_dir)
     folder, name = str(resolved.path.parent), resolved.path.name
-    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+    if tokenizer is None:
+        tokenizer = _gguf_tokenizer(resolved.path)
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=dtype)
     # transformers types `to` as a functools.wraps result, whose __call__ does not bind `self`.
     model = model.to(device)  # type: ignore[arg-type]
     model.eval()
-    if tokenizer.pad_token_id is None:
-        tokenizer.pad_token = tokenizer.eos_token
     return model, tokenizer, resolved.identity
 
 

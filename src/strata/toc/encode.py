@@ -20,6 +20,24 @@ Mode = Literal["stair", "dsi"]
 PROMPTS: dict[Mode, str] = {"stair": "toc_select", "dsi": "toc_dsi"}
 
 
+def check_toc_fits(paper_id: str, toc_tokens: int, settings: TocSettings) -> None:
+    """Refuse a ToC longer than the context leaves for it, naming the limit and what to change.
+
+    The STAIR adapter is trained and queried on the whole ToC in one prompt (the zero-shot path instead shows a long
+    ToC level by level or in windows, `strata.toc.tree.plan_views`)."""
+    reserve = settings.answer_reserve_tokens
+    budget = settings.context_tokens - reserve
+    if toc_tokens <= budget:
+        return
+    needed = -(-(toc_tokens + reserve) // 1024) * 1024
+    raise ValueError(
+        f"{paper_id}: the ToC is {toc_tokens} tokens, more than the {budget} that toc.context_tokens "
+        f"({settings.context_tokens}) leaves after toc.answer_reserve_tokens ({reserve}); the STAIR adapter reads "
+        f"the whole ToC in one prompt, so raise toc.context_tokens to at least {needed} (e.g. "
+        f"--toc.context_tokens {needed}, within what the base model supports) or use a smaller document"
+    )
+
+
 class Example(BaseModel):
     """One prompt with its gold leaf, tokenised."""
 
@@ -48,13 +66,8 @@ class PromptEncoder:
     def toc_text(self, toc: DocumentToc) -> str:
         if toc.paper_id not in self._toc_text:
             text = render_toc(toc)
-            budget = self.settings.context_tokens - self.settings.answer_reserve_tokens
             size = len(self.tokenizer(text, add_special_tokens=False).input_ids)
-            if size > budget:
-                raise ValueError(
-                    f"{toc.paper_id}: the ToC has {size} tokens, more than the {budget} that toc.context_tokens "
-                    "leaves for it; STAIR fine-tuning needs the whole ToC in one prompt"
-                )
+            check_toc_fits(toc.paper_id, size, self.settings)
             self._toc_text[toc.paper_id] = text
         return self._toc_text[toc.paper_id]
 

@@ -2,7 +2,7 @@
 
 The document's STAIR adapter answers when one was trained (`{store.home}/toc/adapters/PAPER_ID/stair`), otherwise
 the configured LLM zero-shot; either way the answer is decoded through the trie of leaves, so it is a real leaf.
-Documents without an outline get an induced ToC first.
+Documents without an outline get an induced ToC first. A ToC of one leaf is answered with that leaf, without a model.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from strata.toc.retriever import TocRetriever, toc_llm_settings
 from strata.toc.tree import document_toc
 
 STAIR_ADAPTER = "stair"
+ONLY_LEAF = "only-leaf"
 
 
 class TocHit(BaseModel):
@@ -39,7 +40,9 @@ class TocAnswer(BaseModel):
     paper_id: str
     title: str
     question: str
-    method: str = Field(description="'stair-adapter' or 'zero-shot'")
+    method: str = Field(
+        description="'stair-adapter', 'zero-shot', or 'only-leaf' (a ToC of one leaf, answered without a model)"
+    )
     induced: bool = Field(description="The ToC was induced (the document has no outline of its own)")
     hits: list[TocHit]
     seconds: float
@@ -64,18 +67,22 @@ def answer_from_toc(settings: Settings, paper: Paper, question: str, k: int | No
     folder = adapter_folder(settings, paper.id)
     use_adapter = settings.toc.use_adapter and folder.is_dir()
     with ExitStack() as stack:
-        # The LLM is loaded only when needed: to title an induced ToC, or to answer without an adapter.
-        client = (
-            stack.enter_context(make_client(toc_llm_settings(settings)))
-            if needs_induction(paper) or not use_adapter
-            else None
-        )
+        # The LLM is loaded only when needed: to title an induced ToC, or to choose between leaves without an adapter.
+        def llm() -> LLMClient:
+            return stack.enter_context(make_client(toc_llm_settings(settings)))
+
+        client = llm() if needs_induction(paper) else None
         toc, induced = toc_for(paper, settings, client)
-        if use_adapter:
+        leaves = toc.leaves()
+        if not leaves:
+            raise ValueError(f"{paper.id}: its ToC has no leaves to answer with")
+        if len(leaves) == 1:  # nothing to choose: no model call
+            ranking = LeafRanking(query=question, method=ONLY_LEAF, leaves=[leaves[0].scored(0.0)])
+            method = ONLY_LEAF
+        elif use_adapter:
             ranking, method = _adapter_ranking(settings, folder, toc, question, k), "stair-adapter"
         else:
-            assert client is not None  # loaded above whenever there is no adapter
-            ranking, method = TocRetriever(client, settings.toc).rank(toc, question, k), "zero-shot"
+            ranking, method = TocRetriever(client or llm(), settings.toc).rank(toc, question, k), "zero-shot"
     hits = [_hit(paper, toc, rank, leaf) for rank, leaf in enumerate(ranking.leaves, start=1)]
     return TocAnswer(
         paper_id=paper.id,
@@ -154,6 +161,9 @@ def format_toc_answer(answer: TocAnswer, max_chars: int = 600) -> str:
         lines.append(f"   path: {' > '.join(hit.path)}")
         if hit.locator is not None:
             lines.append(f"   locator: {hit.locator}")
+        if not hit.text.strip():
+            lines.append("   (this leaf holds no text)")
+            continue
         snippet = hit.text if len(hit.text) <= max_chars else hit.text[:max_chars].rstrip() + " ..."
         lines.extend(f"   {line}" for line in snippet.splitlines() if line.strip())
     return "\n".join(lines)
