@@ -11,6 +11,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from process_support import stop_process
 
 from strata.config import LLMSettings
 from strata.llm import (
@@ -57,15 +58,6 @@ def start_server(model_path: Path, log: Path) -> tuple[subprocess.Popen, str]:
     pytest.fail("llama_cpp.server did not answer within 120 s")
 
 
-def stop_server(process: subprocess.Popen) -> None:
-    process.terminate()
-    try:
-        process.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
-
-
 @pytest.fixture(scope="module")
 def smol_path(tmp_path_factory) -> Path:
     return resolve_model(SMOL, tmp_path_factory.mktemp("models")).path
@@ -75,7 +67,7 @@ def smol_path(tmp_path_factory) -> Path:
 def server(smol_path, tmp_path_factory):
     process, base_url = start_server(smol_path, tmp_path_factory.mktemp("server") / "server.log")
     yield base_url
-    stop_server(process)
+    stop_process(process)
 
 
 def http_settings(base_url: str, **changes) -> LLMSettings:

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import httpx
+from process_support import stop_process
 from serve_support import QUESTION, build_corpus
 
 from strata.config import Settings
@@ -60,9 +61,4 @@ def test_two_workers_start_and_answer_search(tmp_path_factory, shared_data: Path
         assert len({tuple(c["paper_id"] for c in r.json()["candidates"]) for r in rankings}) == 1
         assert rankings[0].json()["candidates"]
     finally:
-        server.terminate()
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
+        stop_process(server, timeout=30)

@@ -196,8 +196,9 @@ class Pipeline:
             readings.append(reading)
             verdict = "accepted" if reading.accepted else "rejected"
             emit("read", "started", f"{position}/{len(top)} {verdict}: {candidate.title or candidate.paper_id}")
-            if sum(reading.accepted for reading in readings) >= self.settings.read.enough_papers:
-                emit("read", "started", f"{self.settings.read.enough_papers} papers accepted: reading stops")
+            enough = self.settings.read.enough_papers
+            if sum(read.accepted for read in readings) >= enough:
+                emit("read", "started", f"{enough} papers accepted: reading stops")
                 break
 
     def passages(self, query: str, paper_ids: list[str]) -> dict[str, list[ChunkHit]]:

@@ -19,7 +19,7 @@ from strata.index.bm25 import english_analyzer
 from strata.llm import LLMClient, Trace, calibrated_logprobs
 from strata.read.calculate import calculation_claims
 from strata.documents.model import ChunkHit
-from strata.read.grounding import Grounding, OptionGrounding, ground, is_insufficient
+from strata.read.grounding import OptionGrounding, ground, is_insufficient
 from strata.read.local import flat, is_reference_entry, probabilities
 from strata.read.model import (
     Answer,
