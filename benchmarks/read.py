@@ -54,7 +54,13 @@ class AcceptEveryPaper:
         self.settings = settings
 
     def read(
-        self, question: str, candidate: Candidate, passages: list[ChunkHit], trace: Trace, choose: bool = True
+        self,
+        question: str,
+        candidate: Candidate,
+        passages: list[ChunkHit],
+        trace: Trace,
+        choose: bool = True,
+        trusted: bool = False,
     ) -> PaperReading:
         return PaperReading(paper_id=candidate.paper_id, title=candidate.title, rank=candidate.rank, relevant=1.0,
                             sufficient=1.0, accepted=bool(passages), passages=passages[:1], shown=passages)

@@ -29,10 +29,11 @@ MC_OPTIONS = ["membrane trafficking", "ATP sensitivity", "metabolic inhibition",
 MC_PAPER = "10.1007_s00125-024-06103-w"
 # The real pipeline (no fake ask) made cheap enough for a test, ~6 LLM calls: the tiny packaged model (SmolLM2-135M),
 # no response cache (every call really runs), one retrieval round, two papers read, the option picked by lexical
-# grounding. Every paper is accepted: the 135M model rejects both, which would leave nothing to cite or check.
+# grounding. Both papers are judged by Decisions A and B (read.accept_top 0: those are the calls the model makes),
+# and every paper is accepted: the 135M model rejects both, which would leave nothing to cite or check.
 TINY_PIPELINE = {"llm.model": "packaged:smollm2-135m", "llm.cache": "false", "relate.enabled": "false",
                  "read.llm_retrieval": "false", "read.max_papers": "2", "read.passages_per_paper": "2",
-                 "read.choice": "grounding", "read.accept_threshold": "0"}
+                 "read.choice": "grounding", "read.accept_top": "0", "read.accept_threshold": "0"}
 
 
 def corpus_settings(home: Path, **overrides: str) -> Settings:

@@ -10,7 +10,7 @@ import pytest
 from strata.config import LLMSettings, ReadSettings
 from strata.documents.model import ChunkHit, ContentType, Locator
 from strata.llm import ContinuationScore, Generation, LLMClient, Scoring, Trace
-from strata.read.grounding import Grounding, OptionGrounding, ground, is_insufficient, mentions
+from strata.read.grounding import Grounding, OptionGrounding, ground, is_insufficient, mentions, negated_terms
 from strata.read.local import LocalReader, is_reference_entry
 from strata.read.model import Evidence, PaperReading
 from strata.read.synthesize import Synthesizer, decide, grounded_evidence
@@ -77,6 +77,22 @@ def test_an_option_in_the_sentence_holding_the_question_terms_beats_one_elsewher
     by_option = {option.option: option for option in ground(QUESTION, OPTIONS, [passage]).options}
     assert by_option["37 °C"].grounded and by_option["42 °C"].grounded
     assert by_option["37 °C"].score > 1.5 * by_option["42 °C"].score  # same passage, other sentence: SPREAD
+
+
+def test_a_negated_mention_counts_for_a_negated_question_and_against_a_plain_one():
+    passage = "CWC15 interacted with PAB1, PAG1 and PBA1, but not PBE1, in the nucleus."
+    subunits = ["PAB1", "PAG1", "PBA1", "PBE1"]
+    negated = ground("Which subunit has CWC15 not been shown to interact with?", subunits, [passage]).shares()
+    assert max(range(4), key=negated.__getitem__) == 3 and negated[3] > 2 * negated[0]
+    plain = ground("Which subunit did CWC15 interact with?", subunits, [passage]).shares()
+    assert plain[3] < plain[0] == plain[1] == plain[2]
+    # 'except X' negates the question's subject: that sentence's option loses to the one stated of X plainly.
+    variants = ["All variants except A456V increased conversion to the closed state.",
+                "Consistently, A456V shifted the equilibrium towards the super-open state."]
+    changes = ["Increase conversion to closed state", "Shift equilibrium to super-open state"]
+    shares = ground("What structural change does the A456V mutation cause?", changes, variants).shares()
+    assert shares[1] > 2 * shares[0]
+    assert negated_terms("CWC15 did not bind PAB1, but bound PBE1") == {"bind", "pab1"}  # 'but' ends the scope
 
 
 @pytest.mark.parametrize(
@@ -241,3 +257,39 @@ def test_a_multiple_choice_reading_cites_every_passage_shown_without_asking_whic
     assert chosen.passages == passages[:1]  # the model named passage 1 (its second share is below the minimum)
     assert unchosen.accepted and unchosen.passages == passages
     assert asked == 3 and len(backend.prompts) - asked == 2  # Decisions A and B only: no 'which passage' call
+
+
+VERDICT_QUESTION = "Is the following claim supported or refuted by the literature? Kinase assays run at 37 °C."
+VERDICTS = ["The claim is supported.", "The claim is refuted."]
+
+
+def test_a_verdict_option_is_never_grounded_on_a_passage_that_merely_uses_its_word():
+    """'supported' restates the question's own alternative: a passage saying 'supported by grants' states neither."""
+    stated = evidence("This work was supported by a grant. Kinase assays were run at 37 °C.")
+    grounding = ground(VERDICT_QUESTION, VERDICTS, [item.text for item in stated])
+    assert not grounding.any_grounded
+    assert ground(QUESTION, OPTIONS, [item.text for item in ASSAY]).any_grounded  # content options still are
+
+
+def test_a_verdict_is_decided_by_the_model_and_cites_the_first_papers_passages_through_validation(tmp_path):
+    from strata.read.validate import validate_answer
+
+    stated = [*evidence("Kinase assays were run at 37 °C.", "Assays at 37 °C were repeated."),
+              Evidence(number=3, paper_id="q", locator="q#0-5", text="Other work.")]
+    backend = LetterBackend("The claim is refuted.")
+    answer = synthesizer(backend, grounding_weight=0.5)._choose(VERDICT_QUESTION, VERDICTS, stated, Trace())
+    assert answer.choice == "The claim is refuted." and answer.claims[0].citations == [1, 2]  # paper p's, not q's
+
+    class Store:  # every cited passage exists as given
+        def has_paper(self, paper_id):
+            return True
+
+        def locate(self, locator):
+            text = next(item.text for item in stated if item.locator == str(locator))
+            return locator, text
+
+        def paper_summaries(self, ids):
+            return {paper_id: type("Summary", (), {"title": paper_id}) for paper_id in ids}
+
+    checked = validate_answer(answer, Store(), VERDICTS)
+    assert checked.supported and checked.claims[0].citations == [1, 2]  # no passage words the verdict: kept

@@ -67,8 +67,13 @@ class RuleBackend:
 
 @pytest.fixture()
 def corpus(tmp_path):
-    with bm25_corpus(tmp_path, PAPERS) as built:
-        yield built
+    """The three papers, with every paper judged by Decisions A and B (read.accept_top 0), which these tests check."""
+    with bm25_corpus(tmp_path, PAPERS) as (settings, opened):
+        yield with_read(settings, accept_top=0), opened
+
+
+def with_read(settings, **read):
+    return settings.model_copy(update={"read": settings.read.model_copy(update=read)})
 
 
 def candidate_ranking(store: CorpusStore) -> Ranking:
@@ -96,8 +101,8 @@ def make_pipeline(corpus, monkeypatch):
 
     monkeypatch.setattr(pipeline_module, "find_candidates", lambda question, **_: FoundCandidates)
 
-    def build(backend: RuleBackend) -> Pipeline:
-        return Pipeline(settings, opened, LLMClient(backend, settings.llm), FirstStage())
+    def build(backend: RuleBackend, given=settings) -> Pipeline:
+        return Pipeline(given, opened, LLMClient(backend, given.llm), FirstStage())
 
     return build
 
@@ -273,12 +278,25 @@ def test_reading_stops_once_enough_papers_are_accepted(corpus, make_pipeline):
     settings, opened = corpus
     every = make_pipeline(RuleBackend()).ask(QUESTION, options=OPTIONS)
     assert [reading.paper_id for reading in every.readings] == list(PAPERS)  # one accepted: all three judged
-    enough = settings.model_copy(update={"read": settings.read.model_copy(update={"enough_papers": 1})})
+    enough = with_read(settings, enough_papers=1)
     backend = RuleBackend()
     early = Pipeline(enough, opened, LLMClient(backend, enough.llm), FirstStage()).ask(QUESTION, options=OPTIONS)
     assert [reading.paper_id for reading in early.readings] == ["good"]  # the first paper was accepted
     assert early.answer.choice == "5 g" and early.answer.supported
     assert len(early.trace.calls) == len(every.trace.calls) - 3  # 'topic' (A and B) and 'other' (A) not judged
+
+
+def test_the_top_ranked_paper_is_accepted_without_asking_the_decisions(corpus, make_pipeline):
+    settings, _ = corpus
+    asked = "Which galaxy did the survey observe?"  # the model rejects 'good', which ranks first
+    trusting = make_pipeline(RuleBackend(), with_read(settings, accept_top=1, enough_papers=1)).ask(asked,
+                                                                                                   options=OPTIONS)
+    first = trusting.readings[0]
+    assert first.paper_id == "good" and first.accepted and first.relevant is None and first.sufficient is None
+    assert [reading.paper_id for reading in trusting.readings] == ["good"]  # enough accepted: nothing else is read
+    assert not {"read_relevance", "read_sufficiency"} & {call.prompt for call in trusting.trace.calls}
+    judged = make_pipeline(RuleBackend()).ask(asked, options=OPTIONS)
+    assert not judged.readings[0].accepted and judged.readings[0].relevant < 0.5
 
 
 def test_the_deciding_model_makes_the_option_choice_and_the_default_one_the_filters(corpus, make_pipeline):

@@ -101,11 +101,13 @@ def test_a_fault_followed_by_a_good_answer_recovers(server, fault):
 
 
 def test_a_failing_llm_during_ask_keeps_the_candidates_as_a_partial_result(ask, server):
-    """Retrieval done, reading failed: the result still carries the candidates, marked partial, naming the error."""
+    """Retrieval done, the answer failed: the result still carries the candidates and readings, marked partial,
+    naming the error (the top papers are accepted without a call, so synthesis makes the first)."""
     from strata.llm.openai_http import OpenAIBackend
 
     hostile = server("http-503")
     result = ask(OpenAIBackend(settings_for(hostile.base_url)))
     assert result.partial and "LLMUnavailableError" in result.error and hostile.base_url in result.error
     assert result.candidates.candidates and result.answer.evidence == []
-    assert (result.events[-1].stage, result.events[-1].status) == ("read", "failed")
+    assert (result.events[-1].stage, result.events[-1].status) == ("synthesize", "failed")
+    assert result.readings and all(reading.accepted for reading in result.readings)

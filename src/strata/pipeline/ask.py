@@ -184,7 +184,7 @@ class Pipeline:
         readings: list[PaperReading],
     ) -> None:
         """Local reading of the top candidates in rank order, appended to `readings` as each finishes (kept if a
-        later one fails), until `read.enough_papers` are accepted.
+        later one fails), until `read.enough_papers` are accepted; the first `read.accept_top` are accepted unasked.
 
         A paper's passages are found with the question and its options: the options name the content an answer
         needs (a value, a residue range, a phenotype), which the question alone often does not."""
@@ -192,7 +192,8 @@ class Pipeline:
         passages = self.passages(" ".join([question, *options]), [candidate.paper_id for candidate in top])
         for position, candidate in enumerate(top, start=1):
             shown = passages.get(candidate.paper_id) or candidate.chunks
-            reading = self.local.read(question, candidate, shown, trace, choose=not options)
+            trusted = position <= self.settings.read.accept_top
+            reading = self.local.read(question, candidate, shown, trace, choose=not options, trusted=trusted)
             readings.append(reading)
             verdict = "accepted" if reading.accepted else "rejected"
             emit("read", "started", f"{position}/{len(top)} {verdict}: {candidate.title or candidate.paper_id}")

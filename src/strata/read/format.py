@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from strata.read.model import AskResult
+from strata.read.model import AskResult, PaperReading
 
 SNIPPET_CHARS = 400
 
@@ -34,11 +34,8 @@ def format_ask_result(result: AskResult, trace: bool = False) -> str:
         lines.extend(["", "Stages:"])
         lines.extend(f"[{e.elapsed_s:6.1f}s] {e.stage:<10} {e.status:<7} {e.detail}" for e in result.events)
         lines.extend(["", "Papers read:"])
-        lines.extend(
-            f"{r.rank:>3}. A={r.relevant:.2f} B={'-' if r.sufficient is None else f'{r.sufficient:.2f}'} "
-            f"{'accepted' if r.accepted else 'rejected'}  {r.title or r.paper_id}"
-            for r in result.readings
-        )
+        lines.extend(f"{r.rank:>3}. {_decisions(r)} {'accepted' if r.accepted else 'rejected'}  {r.title or r.paper_id}"
+                     for r in result.readings)
         lines.extend(["", "LLM calls:", result.trace.format()])
     lines.append(f"\n{result.wall_s:.1f}s")
     return "\n".join(lines)
@@ -51,3 +48,10 @@ def _snippet(text: str) -> str:
 
 def _marks(citations: list[int]) -> str:
     return "".join(f"[{number}]" for number in citations)
+
+
+def _decisions(reading: PaperReading) -> str:
+    """'A=0.62 B=0.55', 'A=0.31 B=-' (B not asked), or 'top rank' for a paper accepted without the decisions."""
+    if reading.relevant is None:
+        return "top rank"
+    return f"A={reading.relevant:.2f} B={'-' if reading.sufficient is None else f'{reading.sufficient:.2f}'}"

@@ -73,18 +73,46 @@ def _stem(word: str) -> str:
     return analysed[0] if len(analysed) == 1 else word if analysed else ""
 
 
+def _term(token: str) -> str:
+    if NUMBER.fullmatch(token):
+        return _number(token)
+    return _stem(token) if token.isalpha() else token
+
+
 def coarse_terms(text: str) -> set[str]:
     """Distinct terms: numbers in one spelling, identifiers whole, other words stemmed, stop words left out."""
-    terms = set()
-    for token in COARSE.findall(normal_text(text)):
-        if NUMBER.fullmatch(token):
-            terms.add(_number(token))
-        elif token.isalpha():
-            terms.add(_stem(token))
-        else:
-            terms.add(token)
+    terms = {_term(token) for token in COARSE.findall(normal_text(text))}
     terms.discard("")
     return terms
+
+
+# Negation in the manner of NegEx (Chapman et al., 2001): a trigger word negates the terms in the few words after it,
+# up to a conjunction that starts a new clause ('interacted with A and B, but not C'; 'all variants except X
+# increased ...'). Written here because the negation libraries need a spaCy pipeline this project does not ship.
+NEGATION_TRIGGERS = frozenset({"not", "no", "never", "neither", "nor", "except", "cannot", "none", "unable"})
+SCOPE_ENDS = frozenset({"but", "however", "although", "whereas", "while", "yet"})
+NEGATION_SCOPE = 5  # words after a trigger that it negates
+CONTRACTED_NOT = re.compile(r"n['’]t\b")
+
+
+def negated_terms(text: str) -> frozenset[str]:
+    """The terms of `text` within some negation trigger's scope ('not PBE1' -> pbe1)."""
+    words = COARSE.findall(CONTRACTED_NOT.sub(" not", normal_text(text)))
+    negated: set[str] = set()
+    for at, word in enumerate(words):
+        if word not in NEGATION_TRIGGERS:
+            continue
+        for following in words[at + 1 : at + 1 + NEGATION_SCOPE]:
+            if following in SCOPE_ENDS:
+                break
+            negated.add(_term(following))
+    negated.discard("")
+    return frozenset(negated)
+
+
+def is_negated(text: str) -> bool:
+    """Whether `text` holds a negation trigger ('Which gene is not upregulated?')."""
+    return any(word in NEGATION_TRIGGERS for word in COARSE.findall(CONTRACTED_NOT.sub(" not", normal_text(text))))
 
 
 def contains_sequence(haystack: Sequence[str], needle: Sequence[str]) -> bool:
@@ -127,6 +155,8 @@ class OptionTerms:
     terms: frozenset[str]
     numbers: frozenset[str]
     core: tuple[str, ...] = ()  # its numbers in order, with the unit after the last ('2 Å' -> 2 a, not the 2 of 12 Å)
+    restated: bool = False  # every term telling it apart is already in the question ('supported' of 'supported or
+    # refuted?'): a passage on the topic holds them whichever option is true, so lexical matching cannot decide it
 
 
 def option_terms(options: Sequence[str], question: str = "") -> list[OptionTerms]:
@@ -139,10 +169,11 @@ def option_terms(options: Sequence[str], question: str = "") -> list[OptionTerms
     described = []
     for option, terms in zip(options, every, strict=True):
         own = (terms - shared) or terms
+        restated = bool(own) and own <= asked
         own = (own - asked) or own
         numbers = frozenset(term for term in own if NUMBER.fullmatch(term))
         tokens = fine_tokens(option)
-        described.append(OptionTerms(tuple(tokens), frozenset(own), numbers, numeric_core(tokens, numbers)))
+        described.append(OptionTerms(tuple(tokens), frozenset(own), numbers, numeric_core(tokens, numbers), restated))
     return described
 
 
@@ -173,6 +204,14 @@ def match_strength(option: OptionTerms, tokens: Sequence[str], terms: set[str], 
     total = sum(weight.get(term, unseen) for term in option.terms)
     share = sum(weight.get(term, unseen) for term in option.terms if term in terms) / total
     return PARTIAL * share if share >= MOST else 0.0
+
+
+def states_content(option: str, options: Sequence[str] = (), question: str = "") -> bool:
+    """Whether a passage could state the option lexically: not an 'insufficient information' option, and not one
+    that only restates the question's own alternatives ('supported' for 'is it supported or refuted?')."""
+    described = option_terms([*options, option] if option not in options else options, question)
+    index = list(options).index(option) if option in options else len(options)
+    return not is_insufficient(option) and not described[index].restated
 
 
 def mentions(option: str, passage: str, options: Sequence[str] = (), question: str = "") -> bool:
@@ -231,16 +270,21 @@ class _Unit:
     passage: int
     tokens: list[str]
     terms: set[str]
+    negated: frozenset[str]
+
+
+def _unit(passage: int, text: str) -> _Unit:
+    return _Unit(passage, fine_tokens(text), coarse_terms(text), negated_terms(text))
 
 
 def _units(passages: Sequence[str]) -> tuple[list[_Unit], list[_Unit]]:
-    whole = [_Unit(index, fine_tokens(text), coarse_terms(text)) for index, text in enumerate(passages)]
-    sentences = [
-        _Unit(index, fine_tokens(sentence), coarse_terms(sentence))
-        for index, text in enumerate(passages)
-        for sentence in SENTENCE_END.split(text)
-    ]
+    whole = [_unit(index, text) for index, text in enumerate(passages)]
+    sentences = [_unit(index, sentence) for index, text in enumerate(passages) for sentence in SENTENCE_END.split(text)]
     return whole, sentences
+
+
+OPPOSITE = 0.25  # weight of a match whose polarity differs from the question's ('all except X increased Y' for
+# 'what did X do?'; 'A and B but not C' for 'which was not shown?')
 
 
 def ground(question: str, options: Sequence[str], passages: Sequence[str]) -> Grounding:
@@ -255,19 +299,31 @@ def ground(question: str, options: Sequence[str], passages: Sequence[str]) -> Gr
     def coverage(unit: _Unit) -> float:  # share of the question's key terms the unit holds, weighted by rarity
         return sum(weight.get(term, 0.0) for term in asked & unit.terms) / asked_total if asked_total else 0.0
 
-    def score(described: OptionTerms, unit: _Unit) -> float:
-        return match_strength(described, unit.tokens, unit.terms, weight) * (OFF_TOPIC + coverage(unit))
+    negative = is_negated(question)
+
+    def polarity(described: OptionTerms, option: str, unit: _Unit) -> float:
+        """1 when the unit states the option (or the question's subject) as the question asks, negated or not,
+        else OPPOSITE; an option saying a negation itself ('no gain') carries its own polarity."""
+        if is_negated(option):
+            return 1.0
+        negated = bool((described.terms | asked) & unit.terms & unit.negated)
+        return 1.0 if negated == negative else OPPOSITE
+
+    def score(described: OptionTerms, option: str, unit: _Unit) -> float:
+        strength = match_strength(described, unit.tokens, unit.terms, weight)
+        return strength * (OFF_TOPIC + coverage(unit)) * polarity(described, option, unit) if strength else 0.0
 
     grounded = []
     for option, described in zip(options, option_terms(options, question), strict=True):
-        if is_insufficient(option):  # says nothing the evidence could state
+        if is_insufficient(option) or described.restated:  # says nothing the evidence could state
             grounded.append(OptionGrounding(option, 0.0, 0.0))
             continue
         strengths = [match_strength(described, unit.tokens, unit.terms, weight) for unit in whole]
-        scores = [SPREAD * score(described, unit) if strength else 0.0 for unit, strength in zip(whole, strengths)]
+        scores = [SPREAD * score(described, option, unit) if strength else 0.0
+                  for unit, strength in zip(whole, strengths)]  # fmt: skip
         for unit in sentences:
             if strengths[unit.passage]:
-                scores[unit.passage] = max(scores[unit.passage], score(described, unit))
+                scores[unit.passage] = max(scores[unit.passage], score(described, option, unit))
         found = sorted((i for i, s in enumerate(strengths) if s > 0), key=lambda i: (-scores[i], i))
         best = (max(strengths, default=0.0), max(scores, default=0.0))
         grounded.append(OptionGrounding(option, *best, tuple(found), tuple(scores[i] for i in found)))

@@ -43,29 +43,33 @@ class LocalReader:
         self.settings = settings
 
     def read(
-        self, question: str, candidate: Candidate, passages: list[ChunkHit], trace: Trace, choose: bool = True
+        self,
+        question: str,
+        candidate: Candidate,
+        passages: list[ChunkHit],
+        trace: Trace,
+        choose: bool = True,
+        trusted: bool = False,
     ) -> PaperReading:
         """Decision A, then (if A holds) Decision B, then the supporting passages of an accepted paper: the ones the
         model names, or with `choose=False` all shown (a multiple-choice answer cites the passages that state its
-        option, so the model's pick would cost a call and decide nothing)."""
+        option, so the model's pick would cost a call and decide nothing). A `trusted` paper (`read.accept_top`) is
+        accepted without the two decisions."""
         passages = [hit for hit in passages if not is_reference_entry(hit)]
         fields = {
             "title": flat(candidate.title) or candidate.paper_id,
             "passages": numbered([hit.text for hit in passages]),
             "question": flat(question),
         }
-        threshold = self.settings.accept_threshold
-        reading = PaperReading(
-            paper_id=candidate.paper_id,
-            title=candidate.title,
-            rank=candidate.rank,
-            relevant=self._p_yes("read_relevance", fields, trace),
-            accepted=False,
-        )
-        if reading.relevant < threshold or not passages:
-            return reading
-        reading.sufficient = self._p_yes("read_sufficiency", fields, trace)
-        if reading.sufficient < threshold:
+        reading = PaperReading(paper_id=candidate.paper_id, title=candidate.title, rank=candidate.rank, accepted=False)
+        if not trusted:
+            reading.relevant = self._p_yes("read_relevance", fields, trace)
+            if reading.relevant < self.settings.accept_threshold or not passages:
+                return reading
+            reading.sufficient = self._p_yes("read_sufficiency", fields, trace)
+            if reading.sufficient < self.settings.accept_threshold:
+                return reading
+        if not passages:
             return reading
         reading.accepted = True
         reading.shown = passages

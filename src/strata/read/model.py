@@ -92,14 +92,24 @@ class PaperReading(BaseModel):
     paper_id: str
     title: str = ""
     rank: int = Field(ge=1, description="The paper's rank among the candidates")
-    relevant: float = Field(ge=0, le=1, description="Decision A: P(yes) that the paper owns or supplies the answer")
+    relevant: float | None = Field(
+        default=None,
+        ge=0,
+        le=1,
+        description="Decision A: P(yes) that the paper owns or supplies the answer; None when the paper was accepted "
+        "on its first-stage rank (read.accept_top) without the decisions",
+    )
     sufficient: float | None = Field(
         default=None,
         ge=0,
         le=1,
-        description="Decision B: P(yes) that the passages give usable answer content; None when A rejected the paper",
+        description="Decision B: P(yes) that the passages give usable answer content; None when A rejected the paper "
+        "or neither decision was asked",
     )
-    accepted: bool = Field(description="Both decisions reached read.accept_threshold; only these go to synthesis")
+    accepted: bool = Field(
+        description="Both decisions reached read.accept_threshold, or the paper ranked within read.accept_top; only "
+        "these go to synthesis"
+    )
     passages: list[ChunkHit] = Field(
         default_factory=list, description="Accepted papers: the supporting passages, best first, with locators"
     )

@@ -19,7 +19,7 @@ from strata.index.bm25 import english_analyzer
 from strata.llm import LLMClient, Trace, calibrated_logprobs
 from strata.read.calculate import calculation_claims
 from strata.documents.model import ChunkHit
-from strata.read.grounding import OptionGrounding, ground, is_insufficient
+from strata.read.grounding import OptionGrounding, ground, is_insufficient, states_content
 from strata.read.local import flat, is_reference_entry, probabilities
 from strata.read.model import (
     Answer,
@@ -134,7 +134,8 @@ class Synthesizer:
     def _choose(self, question: str, options: list[str], evidence: list[Evidence], trace: Trace) -> Answer:
         """The option that the evidence states (lexical grounding) and the model prefers (`read.choice`), weighted
         by `read.grounding_weight`; cited by the passages that state it, so an option stated nowhere cites nothing
-        (validation then marks the answer unsupported)."""
+        (validation then marks the answer unsupported). An option that only restates the question's alternatives
+        (a verdict) cannot be stated in words: it cites the first paper's passages the model read."""
         grounding = ground(question, options, [item.text for item in evidence])
         model = None
         if self.settings.choice != "grounding":
@@ -149,7 +150,10 @@ class Synthesizer:
         if is_insufficient(choice):  # the evidence does not answer: nothing to cite
             return Answer(question=question, format="mc", text=choice, choice=choice, answerable=False,
                           option_scores=scores)  # fmt: skip
-        citations = sorted(evidence[index].number for index in citing(grounding.options[best]))
+        if states_content(choice, options, question):
+            citations = sorted(evidence[index].number for index in citing(grounding.options[best]))
+        else:  # a verdict ('supported') no passage states in words: it rests on the best paper's passages the model read
+            citations = [item.number for item in evidence if item.paper_id == evidence[0].paper_id]
         return Answer(
             question=question,
             format="mc",

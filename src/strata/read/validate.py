@@ -4,7 +4,7 @@ Each piece of evidence must name a paper in the store and a locator into that pa
 text and its quote (compared case- and whitespace-insensitively), outside a reference list. Failing evidence is
 removed. Then content: a fact's value and unit must be written in the passage it cites, a calculation must compute
 from the facts kept, a multiple-choice answer's passage must state the chosen option (`strata.read.grounding`
-normalises both). A claim left citing no valid evidence is dropped; an answer whose claims were all dropped is
+normalises both) unless the option only restates the question's alternatives (a verdict, which no passage words). A claim left citing no valid evidence is dropped; an answer whose claims were all dropped is
 marked unsupported; a multiple-choice answer must be one of the options. Section path, page and title are taken from
 the store, not from the answer. Citation marks and locators written inside the answer's prose are removed: citations
 live only in claims' validated numbers (a mark left in the prose would point at renumbered evidence, or at nothing).
@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 from strata.documents.model import Locator
 from strata.read.calculate import compute, fact_number
-from strata.read.grounding import contains_sequence, fine_tokens, mentions
+from strata.read.grounding import contains_sequence, fine_tokens, mentions, states_content
 from strata.read.local import REFERENCE_HEADING
 from strata.read.model import Answer, Claim, Evidence
 from strata.store.protocol import PaperStore
@@ -123,7 +123,8 @@ def stated_claims(
         if claim.value is not None:
             stating = [n for n in claim.citations if states_value(claim.value, claim.unit or "", valid[n].text)]
             what = f"the value {claim.text!r}"
-        elif answer.format == "mc" and claim.text == answer.choice:
+        elif answer.format == "mc" and claim.text == answer.choice and states_content(claim.text, options,
+                                                                                      answer.question):
             stating = [n for n in claim.citations if mentions(claim.text, valid[n].text, options, answer.question)]
             what = f"the chosen option {claim.text!r}"
         else:
