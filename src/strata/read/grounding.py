@@ -8,7 +8,10 @@ makes '4.2mg/mL', '4.2 mg/ml' and '4.20 mg/ml' one form, likewise 'super-open' a
 'residues 344–360' / 'residues 360-380') or that the question already states distinguish nothing and are left out.
 
 A passage's score for an option is the match times the share of the question's key terms the passage holds, both
-weighted by rarity among the passages at hand (a term in every passage tells nothing). An earlier check with this
+weighted by rarity among the passages at hand (a term in every passage tells nothing), and lowered when the match's
+polarity differs from the question's ('A and B, but not C' answers 'which was not shown?' with C, and is no
+evidence for A or B there). An option whose distinguishing terms all come from the question ('supported' for 'is
+the claim supported or refuted?') cannot be told apart by words and is never grounded. An earlier check with this
 rule and no LLM picked the right LitQA2 option for 18 of 23 dev questions, twice the 0.5B reader's rate.
 """
 
@@ -206,20 +209,23 @@ def match_strength(option: OptionTerms, tokens: Sequence[str], terms: set[str], 
     return PARTIAL * share if share >= MOST else 0.0
 
 
+def _described(option: str, options: Sequence[str], question: str) -> OptionTerms:
+    """The option's terms among `options` (it is added to them when missing)."""
+    described = option_terms([*options, option] if option not in options else options, question)
+    return described[list(options).index(option) if option in options else len(options)]
+
+
 def states_content(option: str, options: Sequence[str] = (), question: str = "") -> bool:
     """Whether a passage could state the option lexically: not an 'insufficient information' option, and not one
     that only restates the question's own alternatives ('supported' for 'is it supported or refuted?')."""
-    described = option_terms([*options, option] if option not in options else options, question)
-    index = list(options).index(option) if option in options else len(options)
-    return not is_insufficient(option) and not described[index].restated
+    return not is_insufficient(option) and not _described(option, options, question).restated
 
 
 def mentions(option: str, passage: str, options: Sequence[str] = (), question: str = "") -> bool:
     """Whether the passage states the option, exactly or in normalised form (most of its distinguishing terms and
     all its numbers); `options` and `question` say which of its terms distinguish it."""
-    described = option_terms([*options, option] if option not in options else options, question)
-    index = list(options).index(option) if option in options else len(options)
-    return match_strength(described[index], fine_tokens(passage), coarse_terms(passage), {}) > 0
+    described = _described(option, options, question)
+    return match_strength(described, fine_tokens(passage), coarse_terms(passage), {}) > 0
 
 
 def rarity(passages: Sequence[set[str]]) -> dict[str, float]:
