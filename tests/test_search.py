@@ -12,6 +12,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
 
 from strata.config import Settings
 from strata.documents.parsers.beir import PARSER
@@ -20,8 +23,9 @@ from strata.eval.beir import BeirDataset, load_beir, write_subset
 from strata.eval.retrieval import evaluate_run
 from strata.index import CorpusIndex
 from strata.index.migrate import migrate
-from strata.retrieve.fusion import reciprocal_rank_fusion
-from strata.retrieve.hybrid import HybridSearcher
+from strata.index.state import ChunkScore, ranked_chunk_scores
+from strata.retrieve.fusion import fuse_row_ids, reciprocal_rank_fusion
+from strata.retrieve.hybrid import BM25Prefix, HybridSearcher
 from strata.retrieve.query_batch import QueryBatcher
 from strata.store import AnyStore, open_store
 from strata.store.sqlite import CorpusStore
@@ -158,6 +162,67 @@ def test_rrf_weights_and_repeated_ids() -> None:
         reciprocal_rank_fusion([["a"]], weights=[1.0, 2.0])
 
 
+@given(st.lists(st.lists(st.integers(0, 60), max_size=50), max_size=3), st.integers(0, 100), st.data())
+def test_rrf_of_row_ids_in_numpy_is_rrf_bit_for_bit(rankings: list[list[int]], k: int, data: st.DataObject) -> None:
+    """The hybrid search's numpy fusion gives the generic function's pairs exactly: same ids, same order, same floats
+    (each id's terms added in ranking order), as Python ints and floats."""
+    weights = data.draw(st.none() | st.lists(st.floats(0, 4), min_size=len(rankings), max_size=len(rankings)))
+    fused = fuse_row_ids([np.array(ranking, dtype=np.int64) for ranking in rankings], k=k, weights=weights)
+    assert fused == reciprocal_rank_fusion(rankings, k=k, weights=weights)
+    assert all(type(rowid) is int and type(score) is float for rowid, score in fused)
+    with pytest.raises(ValueError, match="weights"):
+        fuse_row_ids([[1]], weights=[1.0, 2.0])
+
+
+@given(st.lists(st.tuples(st.integers(1, 10**9), st.sampled_from([0.0, 0.5, 1.25, 3.0, -1.0])),
+                unique_by=lambda hit: hit[0]))
+def test_index_hits_are_ranked_best_first_ties_by_row_id(hits: list[tuple[int, float]]) -> None:
+    ranked = ranked_chunk_scores(np.array([r for r, _ in hits], dtype=np.int64),
+                                 np.array([s for _, s in hits], dtype=np.float32))
+    assert ranked == sorted((ChunkScore(r, s) for r, s in hits), key=lambda hit: (-hit.score, hit.rowid))
+    assert all(type(hit.rowid) is int and type(hit.score) is float for hit in ranked)
+
+
+@hypothesis_settings(max_examples=300)
+@given(st.lists(st.sampled_from([1.0, 2.0, 4.0]), max_size=40), st.integers(1, 40), st.data())
+def test_a_shallow_bm25_search_is_trusted_only_where_it_ranks_as_the_deep_one(
+    scores: list[float], depth: int, data: st.DataObject
+) -> None:
+    """BM25Prefix's first `n` hits are the deep search's first `n`, however the index picks among hits tied at the
+    cut of a shallower search (here: the highest row ids, the opposite of the final order)."""
+    def search(cut: int) -> list[ChunkScore]:
+        picked = sorted(enumerate(scores, start=1), key=lambda hit: (-hit[1], -hit[0]))[:cut]
+        return ranked_chunk_scores([rowid for rowid, _ in picked], [score for _, score in picked])
+
+    deep = search(depth)
+    prefix = BM25Prefix(search, depth, first=data.draw(st.integers(1, depth)))
+    for n in sorted(data.draw(st.lists(st.integers(0, 70), max_size=4))):
+        got = prefix(n)
+        assert got == deep[: len(got)] and (len(got) >= n or got == deep)
+
+
+def test_row_id_rankings_are_the_searches_own_order(subset: Subset) -> None:
+    """What hybrid search fuses (row ids alone) is the order of the ChunkScores each index returns, on both backends."""
+    bm25, dense = subset.index.bm25, subset.index.dense
+    for query in [query.text for query in subset.dataset.queries[:5]] + ["zzzz-no-such-term"]:
+        hits = bm25.search(query, 200)
+        assert bm25.search_rowids(query, 200).tolist() == [hit.rowid for hit in hits]
+        vector = dense.embedder.embed_query(query)
+        assert dense.search_rowids(vector, 200).tolist() == [hit.rowid for hit in dense.search(vector, 200)]
+        some = [hit.rowid for hit in hits[:30:3]]
+        assert dense.search_rowids(vector, 5, some).tolist() == [hit.rowid for hit in dense.search(vector, 5, some)]
+
+
+@pytest.mark.parametrize("shallow", [1, 150, 10**6])
+def test_bm25_rankings_are_the_same_however_shallow_the_first_search(
+    subset: Subset, shallow: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    queries = [query.text for query in subset.dataset.queries[:8]]
+    expected = [subset.searcher.search(q, k=k, method="bm25") for q in queries for k in (1, 10, 40)]
+    monkeypatch.setattr("strata.retrieve.hybrid.SHALLOW_DEPTH", shallow)
+    assert [subset.searcher.search(q, k=k, method="bm25") for q in queries for k in (1, 10, 40)] == expected
+
+
 @pytest.mark.parametrize("method", ["bm25", "dense", "hybrid"])
 def test_both_backends_reach_the_same_ndcg(subset: Subset, embedded_subset: Subset, method: str) -> None:
     assert ndcg_at_10(subset, method) == pytest.approx(ndcg_at_10(embedded_subset, method), abs=0.005)
@@ -202,6 +267,33 @@ def test_query_cache_returns_the_same_vector_without_the_encoder(subset: Subset)
         batcher.submit("after close")
 
 
+def test_the_query_batcher_gives_each_caller_its_own_vector_or_its_own_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Callers waiting together get their own text's vector; an encoder failure reaches the callers of that batch
+    (here one text: a non-transformer encoder embeds each text alone) and no one else."""
+    from strata.config import EmbeddingSettings
+
+    class Encoder:  # vectors that name their text
+        def __init__(self, settings: EmbeddingSettings) -> None:
+            self.settings = settings
+
+        def embed(self, texts: list[str]) -> np.ndarray:
+            if "boom" in texts:
+                raise RuntimeError("the encoder failed")
+            return np.array([[float(len(text)), float(ord(text[0]))] for text in texts], dtype=np.float32)
+
+    monkeypatch.setattr("strata.retrieve.query_batch.Embedder", Encoder)
+    batcher = QueryBatcher(Encoder(EmbeddingSettings(backend="static")), cache_size=0)  # type: ignore[arg-type]
+    try:
+        futures = {text: batcher.submit(text) for text in ["a", "bb", "boom", "ccc", "bb"]}
+        for text in ["a", "bb", "ccc"]:
+            assert futures[text].result(timeout=30).tolist() == [len(text), ord(text[0])]
+        with pytest.raises(RuntimeError, match="the encoder failed"):
+            futures["boom"].result(timeout=30)
+        assert batcher.embed_query("dd").tolist() == [2, ord("d")]  # the worker carries on
+    finally:
+        batcher.close()
+
+
 @pytest.mark.parametrize("method", ["bm25", "hybrid"])
 def test_a_search_reads_the_store_a_fixed_number_of_times_whatever_k(subset: Subset, method: str) -> None:
     """Paper ids come from the in-memory chunk-paper map and chunk texts in one batch: the store statements a search
@@ -224,22 +316,37 @@ def test_a_search_reads_the_store_a_fixed_number_of_times_whatever_k(subset: Sub
     assert counts[1] == counts[10] == counts[50] <= 2, (counts, statements)
 
 
-def test_chunk_paper_map_follows_deletions_and_additions(tmp_path: Path) -> None:
+def one_section_paper(paper_id: str, body: str):
+    """A one-section paper, for the chunk-paper map's tests."""
     from strata.documents.builder import PaperBuilder
 
-    def paper(paper_id: str, body: str):
-        builder = PaperBuilder(paper_id, "test")
-        builder.open_section("Results", level=1, page=1)
-        builder.add_block(body, page=1)
-        return builder.build(title=paper_id)
+    builder = PaperBuilder(paper_id, "test")
+    builder.open_section("Results", level=1, page=1)
+    builder.add_block(body, page=1)
+    return builder.build(title=paper_id)
 
+
+def test_chunk_paper_map_follows_deletions_and_additions(tmp_path: Path) -> None:
     with CorpusStore(tmp_path / "corpus.sqlite3") as store:
-        store.put_paper(paper("a", "alpha " * 50), "1")
+        store.put_paper(one_section_paper("a", "alpha " * 50), "1")
         old = store.max_chunk_rowid()
         assert store.chunk_paper_ids(range(1, old + 1)) == {rowid: "a" for rowid in range(1, old + 1)}
-        store.put_paper(paper("a", "alpha beta " * 40), "2")  # re-ingest: old chunks removed, new ones added
-        store.put_paper(paper("b", "gamma " * 50), "3")
+        store.put_paper(one_section_paper("a", "alpha beta " * 40), "2")  # re-ingest: old chunks out, new ones in
+        store.put_paper(one_section_paper("b", "gamma " * 50), "3")
         everything = store.chunk_paper_ids(range(1, store.max_chunk_rowid() + 1))
         sql = dict(store._query(f"SELECT rowid, paper_id FROM chunks"))
         assert everything == sql and not set(everything) & set(range(1, old + 1))
         assert set(everything.values()) == {"a", "b"}
+
+
+def test_chunk_paper_map_drops_chunks_another_connection_removed(tmp_path: Path) -> None:
+    """The map is exact across processes: a paper re-ingested through another connection (another `strata ingest`,
+    another server worker) has its old chunks gone from this connection's very next lookup."""
+    with CorpusStore(tmp_path / "corpus.sqlite3") as reader, CorpusStore(tmp_path / "corpus.sqlite3") as writer:
+        writer.put_paper(one_section_paper("a", "alpha " * 50), "1")
+        old = range(1, writer.max_chunk_rowid() + 1)
+        assert set(reader.chunk_paper_ids(old)) == set(old)
+        writer.put_paper(one_section_paper("a", "alpha beta " * 40), "2")
+        assert reader.chunk_paper_ids(old) == {}
+        new = range(old.stop, writer.max_chunk_rowid() + 1)
+        assert reader.chunk_paper_ids(new) == {rowid: "a" for rowid in new}

@@ -227,3 +227,33 @@ def test_search_json_is_the_rankings_own_and_concurrent_searches_agree(server) -
     schema = client.get("/openapi.json").json()["paths"]["/search"]["get"]["responses"]["200"]
     assert schema["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/Ranking"}
     assert client.get("/search", params={"q": "x", "method": "dense"}).status_code == 400  # a BM25-only corpus
+
+
+def test_searches_on_threads_answer_as_searches_in_the_event_loop(server) -> None:
+    """`serve.search_in_event_loop` (the default) searches in the event loop; off, each search goes to one of
+    `serve.search_threads` threads. The answers are the same, and faiss searches with one OpenMP thread."""
+    import faiss
+
+    client, settings = server
+    assert settings.serve.search_in_event_loop
+    threaded = settings.model_copy(update={"serve": settings.serve.model_copy(update={"search_in_event_loop": False})})
+    queries = ["KCNJ11 sulfonylurea diabetes", "potassium channel", "insulin secretion"]
+    with (
+        background_server(create_app(threaded, ask_fn=fake_ask)) as url,
+        httpx.Client(base_url=url, timeout=60) as other,
+    ):
+        for query in queries:
+            assert other.get("/search", params={"q": query, "k": 3}).json() == \
+                client.get("/search", params={"q": query, "k": 3}).json()
+    assert faiss.omp_get_max_threads() == 1
+
+
+def test_the_access_log_is_off_unless_asked_for(tmp_path: Path, monkeypatch) -> None:
+    from strata.serve import app as app_module
+
+    runs: list[dict] = []
+    monkeypatch.setattr(app_module.uvicorn, "run", lambda app, **options: runs.append(options))
+    monkeypatch.setattr(app_module, "create_app", lambda settings, ask_fn=None: None)
+    app_module.serve(corpus_settings(tmp_path))
+    app_module.serve(corpus_settings(tmp_path, **{"serve.access_log": "true"}))
+    assert [run["access_log"] for run in runs] == [False, True]

@@ -13,10 +13,12 @@ from collections import Counter, defaultdict
 from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 
+import numpy as np
 import tantivy
 from tantivy import DocAddress, Filter, Occur, Query, Searcher, TextAnalyzerBuilder, Tokenizer
 
-from strata.index.state import ChunkScore, IndexSyncStats, SyncProgress, SyncState, chunk_scores, read_state
+from strata.index.state import ChunkScore, Hits, IndexSyncStats, SyncProgress, SyncState, read_state
+from strata.index.state import ranked_chunk_scores, ranked_rowids
 from strata.index.state import adopt_reference_choice, write_state
 from strata.store.base import StoredChunk
 from strata.store.protocol import PaperStore
@@ -70,6 +72,16 @@ class TermSearch:
     ) -> list[ChunkScore]:
         return self.search_terms(Counter(self.terms(text)), depth, paper_ids, title_tie_breaker)
 
+    def search_rowids(
+        self,
+        text: str,
+        depth: int,
+        paper_ids: Collection[str] | None = None,
+        title_tie_breaker: float = TITLE_TIE_BREAKER,
+    ) -> np.ndarray:
+        """The row ids `search` returns, in its order, without its ChunkScores (what fusion needs)."""
+        return ranked_rowids(*self._hits(Counter(self.terms(text)), depth, paper_ids, title_tie_breaker))
+
     def search_terms(
         self,
         weights: Mapping[str, float],
@@ -78,14 +90,18 @@ class TermSearch:
         title_tie_breaker: float = TITLE_TIE_BREAKER,
     ) -> list[ChunkScore]:
         """Best `depth` chunks for weighted terms, best first, ties by row id; optionally only these papers'."""
+        return ranked_chunk_scores(*self._hits(weights, depth, paper_ids, title_tie_breaker))
+
+    def _hits(
+        self, weights: Mapping[str, float], depth: int, paper_ids: Collection[str] | None, title_tie_breaker: float
+    ) -> Hits:
         if not weights or (paper_ids is not None and not paper_ids):
-            return []
-        hits = self._scored(weights, depth, paper_ids, title_tie_breaker)
-        return sorted(hits, key=lambda hit: (-hit.score, hit.rowid))
+            return (), ()
+        return self._scored(weights, depth, paper_ids, title_tie_breaker)
 
     def _scored(
         self, weights: Mapping[str, float], depth: int, paper_ids: Collection[str] | None, title_tie_breaker: float
-    ) -> list[ChunkScore]:
+    ) -> Hits:
         """At most `depth` scored chunks, in any order (the backend's own scoring)."""
         raise NotImplementedError
 
@@ -121,18 +137,18 @@ class BM25Index(TermSearch):
 
     def _scored(
         self, weights: Mapping[str, float], depth: int, paper_ids: Collection[str] | None, title_tie_breaker: float
-    ) -> list[ChunkScore]:
+    ) -> Hits:
         index = self._open()
         if index is None:
-            return []
+            return (), ()
         query = self._weighted_query(weights, title_tie_breaker)
         if paper_ids is not None:
             only = Query.const_score_query(Query.term_set_query(self.schema, "paper_id", sorted(paper_ids)), 0.0)
             query = Query.boolean_query([(Occur.Must, query), (Occur.Must, only)])
         searcher = index.searcher()
         hits = searcher.search(query, depth, count=False).hits
-        rowids = _rowids(searcher, [address for _, address in hits])
-        return chunk_scores(rowids, [float(score) for score, _ in hits])
+        scores, addresses = zip(*hits) if hits else ((), ())
+        return _rowids(searcher, list(addresses)), scores
 
     def _weighted_query(self, weights: Mapping[str, float], title_tie_breaker: float) -> Query:
         # Per field, the weighted sum of its terms' BM25; across fields, the best field plus half the other
@@ -156,7 +172,7 @@ class BM25Index(TermSearch):
         searcher = index.searcher()
         query = Query.term_set_query(self.schema, "paper_id", sorted(paper_ids))
         hits = searcher.search(query, max(searcher.num_docs, 1), count=False).hits
-        return sorted(_rowids(searcher, [address for _, address in hits]))
+        return np.sort(_rowids(searcher, [address for _, address in hits])).tolist()
 
     # writing
 
@@ -247,12 +263,10 @@ def rm3_weights(
     return mixed
 
 
-def _rowids(searcher: Searcher, addresses: list[DocAddress]) -> list[int]:
+def _rowids(searcher: Searcher, addresses: list[DocAddress]) -> np.ndarray:
     """The store row ids of these documents (an integer fast field every indexed chunk has)."""
     values = searcher.fast_field_values("rowid", addresses)
-    rowids = [value for value in values if isinstance(value, int)]
-    assert len(rowids) == len(values)
-    return rowids
+    return np.array(values, dtype=np.int64)  # a TypeError if one lacked it (None)
 
 
 def _normalised(weights: Mapping[str, float]) -> dict[str, float]:

@@ -21,11 +21,13 @@ from strata.encoders.embedder import Embedder, encoder_identity
 from strata.index.state import (
     ChunkScore,
     ChunkVectors,
+    Hits,
     IndexSyncStats,
     SyncProgress,
     SyncState,
     adopt_reference_choice,
-    chunk_scores,
+    ranked_chunk_scores,
+    ranked_rowids,
     read_state,
     write_state,
 )
@@ -74,9 +76,16 @@ class DenseIndex:
 
     def search(self, vector: np.ndarray, depth: int, rowids: Collection[int] | None = None) -> list[ChunkScore]:
         """Best `depth` chunks by cosine, best first, ties by row id; optionally only among `rowids`."""
+        return ranked_chunk_scores(*self._nearest(vector, depth, rowids))
+
+    def search_rowids(self, vector: np.ndarray, depth: int, rowids: Collection[int] | None = None) -> np.ndarray:
+        """The row ids `search` returns, in its order, without its ChunkScores (what fusion needs)."""
+        return ranked_rowids(*self._nearest(vector, depth, rowids))
+
+    def _nearest(self, vector: np.ndarray, depth: int, rowids: Collection[int] | None) -> Hits:
         index = self._current()
         if index is None or index.ntotal == 0 or (rowids is not None and not rowids):
-            return []
+            return (), ()
         selector, parts = self._selector(rowids)
         # faiss's stubs omit SearchParametersHNSW and the keyword constructors its Python wrapper adds.
         if _is_hnsw(index):
@@ -89,8 +98,7 @@ class DenseIndex:
         scores, ids = index.search(query, min(depth, index.ntotal), params=params)
         del parts  # the selector's parts had to outlive the search
         found = ids[0] >= 0  # fewer than `depth` vectors are padded with -1
-        hits = chunk_scores(ids[0][found].tolist(), scores[0][found].tolist())
-        return sorted(hits, key=lambda hit: (-hit.score, hit.rowid))
+        return ids[0][found], scores[0][found]
 
     def _selector(self, rowids: Collection[int] | None) -> tuple[faiss.IDSelector | None, list[faiss.IDSelector]]:
         """A selector admitting `rowids` (all when None) minus tombstones, and every part it points to (faiss

@@ -28,7 +28,8 @@ from strata.config import IndexSettings
 from strata.index.bm25 import FIELDS, TermSearch, english_analyzer
 from strata.index.dense import embedding_text
 from strata.encoders.embedder import Embedder, encoder_identity
-from strata.index.state import ChunkScore, ChunkVectors, IndexSyncStats, SyncProgress, SyncState
+from strata.index.state import ChunkScore, ChunkVectors, Hits, IndexSyncStats, SyncProgress, SyncState
+from strata.index.state import ranked_chunk_scores, ranked_rowids
 from strata.index.state import adopt_reference_choice
 from strata.store.postgres import PostgresCorpusStore
 from strata.store.protocol import PaperStore
@@ -165,7 +166,7 @@ class PostgresBM25Index(_PgIndex, TermSearch):
 
     def _scored(
         self, weights: Mapping[str, float], depth: int, paper_ids: Collection[str] | None, title_tie_breaker: float
-    ) -> list[ChunkScore]:
+    ) -> Hits:
         terms = sorted(weights)
         params = {
             "terms": terms, "weights": [float(weights[t]) for t in terms], "k1": K1, "b": B,
@@ -175,7 +176,7 @@ class PostgresBM25Index(_PgIndex, TermSearch):
         with self._lock:
             rows = self._db.execute(sql, params).fetchall()
         # float32 like tantivy, so near-equal scores tie (and break by row id) the same way in both backends
-        return [ChunkScore(rowid=int(rowid), score=float(np.float32(score))) for rowid, score in rows]
+        return [rowid for rowid, _ in rows], np.array([score for _, score in rows], dtype=np.float32)
 
     def rowids_of_papers(self, paper_ids: Collection[str]) -> list[int]:
         """Row ids of every indexed chunk of these papers."""
@@ -285,8 +286,15 @@ class PostgresDenseIndex(_PgIndex):
 
     def search(self, vector: np.ndarray, depth: int, rowids: Collection[int] | None = None) -> list[ChunkScore]:
         """Best `depth` chunks by cosine, best first, ties by row id; optionally only among `rowids`."""
+        return ranked_chunk_scores(*self._nearest(vector, depth, rowids))
+
+    def search_rowids(self, vector: np.ndarray, depth: int, rowids: Collection[int] | None = None) -> np.ndarray:
+        """The row ids `search` returns, in its order, without its ChunkScores (what fusion needs)."""
+        return ranked_rowids(*self._nearest(vector, depth, rowids))
+
+    def _nearest(self, vector: np.ndarray, depth: int, rowids: Collection[int] | None) -> Hits:
         if not self._has_table() or (rowids is not None and not rowids):
-            return []
+            return (), ()
         query = np.ascontiguousarray(vector, dtype=np.float32).ravel()
         ef_search = min(max(self.settings.hnsw_ef_search, depth), PGVECTOR_MAX_EF_SEARCH)
         where = "WHERE rowid = ANY(%(rowids)s)" if rowids is not None else ""
@@ -299,8 +307,7 @@ class PostgresDenseIndex(_PgIndex):
                 " ORDER BY embedding <#> %(q)s LIMIT %(depth)s",
                 {"q": query, "rowids": sorted(rowids or ()), "depth": depth},
             ).fetchall()
-        hits = [ChunkScore(rowid=int(r), score=float(np.float32(s))) for r, s in rows]
-        return sorted(hits, key=lambda hit: (-hit.score, hit.rowid))
+        return [r for r, _ in rows], np.array([s for _, s in rows], dtype=np.float32)
 
     def embedding_text(self, stored: StoredChunk) -> str:
         return embedding_text(stored, self.settings.embedding)

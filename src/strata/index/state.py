@@ -45,6 +45,28 @@ def chunk_scores(rowids: Iterable[int], scores: Iterable[float]) -> list[ChunkSc
 _new_chunk_score = cast(Callable[[tuple[int, float]], ChunkScore], partial(tuple.__new__, ChunkScore))
 
 
+# Row ids and their scores, in parallel: an index's hits before they are ranked.
+Hits = tuple[Sequence[int] | np.ndarray, Sequence[float] | np.ndarray]
+
+
+def ranked_chunk_scores(rowids: Sequence[int] | np.ndarray, scores: Sequence[float] | np.ndarray) -> list[ChunkScore]:
+    """ChunkScores of parallel row ids and scores, best first, ties by row id: the order every index returns.
+    Sorted in numpy (a Python sort key called per hit cost ~0.3 ms per 1,000 hits)."""
+    rowid_array, score_array = _arrays(rowids, scores)
+    order = np.lexsort((rowid_array, -score_array))
+    return chunk_scores(rowid_array[order].tolist(), score_array[order].tolist())
+
+
+def ranked_rowids(rowids: Sequence[int] | np.ndarray, scores: Sequence[float] | np.ndarray) -> np.ndarray:
+    """The row ids alone, in `ranked_chunk_scores`' order: what fusion needs, without a ChunkScore per hit."""
+    rowid_array, score_array = _arrays(rowids, scores)
+    return rowid_array[np.lexsort((rowid_array, -score_array))]
+
+
+def _arrays(rowids: Sequence[int] | np.ndarray, scores: Sequence[float] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    return np.asarray(rowids, dtype=np.int64), np.asarray(scores, dtype=np.float64)  # float32 widens exactly
+
+
 class IndexSyncStats(BaseModel):
     added: int = 0
     deleted: int = 0

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Hashable, Sequence
 from typing import TypeVar
 
+import numpy as np
+
 Key = TypeVar("Key", bound=Hashable)
 
 
@@ -17,12 +19,7 @@ def reciprocal_rank_fusion(
     within one ranking counts at its best rank only. Equal scores are ordered by id (ids must be mutually orderable),
     so ties never depend on dictionary or input order.
     """
-    if weights is None:
-        weights = [1.0] * len(rankings)
-    if len(weights) != len(rankings):
-        raise ValueError(f"{len(weights)} weights for {len(rankings)} rankings")
-    if k < 0:
-        raise ValueError(f"the RRF constant k must be non-negative, got {k}")
+    weights = _checked_weights(rankings, k, weights)
     scores: dict[Key, float] = {}
     for ranking, weight in zip(rankings, weights):
         # Each id at its first (best) rank: a dict keeps first insertions, in order.
@@ -31,3 +28,43 @@ def reciprocal_rank_fusion(
             scores[key] = scores.get(key, 0.0) + weight / (k + rank)
     # Sorting (-score, id) pairs compares in C, without a key function called per id (a search fuses ~2,000 ids).
     return [(key, -negative) for negative, key in sorted([(-score, key) for key, score in scores.items()])]
+
+
+def fuse_row_ids(
+    rankings: Sequence[Sequence[int] | np.ndarray], k: int = 60, weights: Sequence[float] | None = None
+) -> list[tuple[int, float]]:
+    """`reciprocal_rank_fusion` of integer ids in numpy, the same pairs bit for bit: each id's terms are added in
+    ranking order, starting from 0.0, as there. A hybrid search fuses ~2,000 chunk row ids per query, which cost
+    ~1 ms in dictionaries."""
+    ids, scores = fuse_row_id_arrays(rankings, k, weights)
+    return list(zip(ids.tolist(), scores.tolist()))
+
+
+def fuse_row_id_arrays(
+    rankings: Sequence[Sequence[int] | np.ndarray], k: int = 60, weights: Sequence[float] | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """`fuse_row_ids` as two arrays, ids and scores, best first (pairs are made only for what a caller reads)."""
+    weights = _checked_weights(rankings, k, weights)
+    ids: list[np.ndarray] = []
+    terms: list[np.ndarray] = []
+    for ranking, weight in zip(rankings, weights):
+        unique, first = np.unique(np.asarray(ranking, dtype=np.int64), return_index=True)  # first: the best rank
+        ids.append(unique)
+        terms.append(weight / (k + 1 + first))
+    if not ids:
+        return np.zeros(0, dtype=np.int64), np.zeros(0)
+    fused, slot = np.unique(np.concatenate(ids), return_inverse=True)
+    scores = np.zeros(fused.size)
+    np.add.at(scores, slot, np.concatenate(terms))  # unbuffered, in the order given: ranking by ranking
+    order = np.lexsort((fused, -scores))
+    return fused[order], scores[order]
+
+
+def _checked_weights(rankings: Sequence[object], k: int, weights: Sequence[float] | None) -> Sequence[float]:
+    if weights is None:
+        weights = [1.0] * len(rankings)
+    if len(weights) != len(rankings):
+        raise ValueError(f"{len(weights)} weights for {len(rankings)} rankings")
+    if k < 0:
+        raise ValueError(f"the RRF constant k must be non-negative, got {k}")
+    return weights

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
+from operator import itemgetter
 
 import numpy as np
 
@@ -13,7 +14,7 @@ from strata.index import CorpusIndex
 from strata.index.dense import embedding_text
 from strata.index.bm25 import rm3_weights
 from strata.index.state import ChunkScore
-from strata.retrieve.fusion import reciprocal_rank_fusion
+from strata.retrieve.fusion import fuse_row_id_arrays
 from strata.retrieve.protocol import Method
 from strata.store.base import StoredChunk
 from strata.store.protocol import PaperStore
@@ -21,6 +22,7 @@ from strata.store.protocol import PaperStore
 METHODS: tuple[Method, ...] = ("bm25", "dense", "hybrid")
 ROLL_UP_PAGE = 100  # chunks rolled up at a time
 READ_AHEAD_PAGES = 2  # pages whose paper ids one store query reads
+SHALLOW_DEPTH = 500  # hits a BM25 search asks for first (then search.depth, if the roll-up walks further)
 
 
 class HybridSearcher:
@@ -67,19 +69,26 @@ class HybridSearcher:
         method = self.resolved_method(method)
         k = k or self.settings.k
         use_prf = (self.settings.prf if prf is None else prf) and method != "dense"
-        chunk_lists: list[list[ChunkScore]] = []
-        if method in ("bm25", "hybrid"):
-            chunk_lists.append(self.bm25_chunks(query, use_prf, paper_ids))
-        if method in ("dense", "hybrid"):
-            chunk_lists.append(self.dense_chunks(query, paper_ids, query_vector))
-        fused: Sequence[tuple[int, float]]
-        if method == "hybrid":
-            rowid_lists = [[hit.rowid for hit in hits] for hits in chunk_lists]
-            fused = reciprocal_rank_fusion(rowid_lists, k=self.settings.rrf_k)
-        else:
-            fused = chunk_lists[0]  # ChunkScores are (rowid, score) tuples already
+        ranked = self._chunk_ranking(query, method, use_prf, paper_ids, query_vector)
         name = f"{method}+prf" if use_prf else method
-        return Ranking(query=query, method=name, candidates=self._papers(fused, k))
+        return Ranking(query=query, method=name, candidates=self._papers(ranked, k))
+
+    def _chunk_ranking(
+        self, query: str, method: Method, prf: bool, paper_ids: Collection[str] | None, query_vector: np.ndarray | None
+    ) -> RankedPrefix:
+        """The chunks to roll up, best first, as `RankedPrefix`: BM25 alone searched as deep as the roll-up reads."""
+        if method == "bm25" and not prf:
+            tie_breaker = self.settings.bm25_title_tie_breaker
+            return BM25Prefix(lambda depth: self._index.bm25.search(query, depth, paper_ids, tie_breaker),
+                              self.settings.depth)
+        if method == "hybrid":
+            lists = [self._bm25_rowids(query, prf, paper_ids), self._dense_rowids(query, paper_ids, query_vector)]
+            return _pairs_as_read(*fuse_row_id_arrays(lists, k=self.settings.rrf_k))
+        if method == "bm25":
+            hits = self.bm25_chunks(query, prf, paper_ids)
+        else:
+            hits = self.dense_chunks(query, paper_ids, query_vector)
+        return lambda _: hits  # ChunkScores are (rowid, score) tuples already
 
     def bm25_chunks(self, query: str, prf: bool, paper_ids: Collection[str] | None = None) -> list[ChunkScore]:
         bm25 = self._index.bm25
@@ -100,43 +109,41 @@ class HybridSearcher:
     def dense_chunks(
         self, query: str, paper_ids: Collection[str] | None = None, query_vector: np.ndarray | None = None
     ) -> list[ChunkScore]:
-        rowids = None if paper_ids is None else self._index.bm25.rowids_of_papers(paper_ids)
+        rowids = self._dense_filter(paper_ids)
         if query_vector is None:
             hits = self._index.dense.search_text(query, self.settings.depth, rowids)
         else:
             hits = self._index.dense.search(query_vector, self.settings.depth, rowids)
-        embedding = self._index.settings.embedding
-        if embedding.backend == "static" and embedding.rescore_top_k and hits:
-            return rescore_with_model(query, hits, self._store, embedding)
+        if self._rescores() and hits:
+            return rescore_with_model(query, hits, self._store, self._index.settings.embedding)
         return hits
 
-    def _papers(self, fused: Sequence[tuple[int, float]], k: int) -> list[Candidate]:
-        """Roll chunks up to papers: a paper scores as its best chunk and keeps its best `chunks_per_paper`.
+    def _bm25_rowids(self, query: str, prf: bool, paper_ids: Collection[str] | None) -> Sequence[int] | np.ndarray:
+        """`bm25_chunks`' row ids alone (fusion reads nothing else)."""
+        if prf:
+            return list(map(itemgetter(0), self.bm25_chunks(query, prf, paper_ids)))
+        tie_breaker = self.settings.bm25_title_tie_breaker
+        return self._index.bm25.search_rowids(query, self.settings.depth, paper_ids, tie_breaker)
 
-        Paper ids are read from the store a page at a time, best first, until `k` papers have appeared and one more
-        page has been read: paper scores and ranks are exact; a supporting chunk ranked further down than that
-        (a weak one) is left out, which saves looking up every fused chunk. Only the kept chunks' texts are read.
-        """
-        by_paper: dict[str, list[tuple[int, float]]] = {}
-        paper_of: dict[int, str] = {}  # deleted chunks are absent: skipped
-        fetched = 0  # fused[:fetched] have been looked up
-        start = 0
-        extra_pages = 1
-        while start < len(fused) and (len(by_paper) < k or extra_pages > 0):
-            if len(by_paper) >= k:
-                extra_pages -= 1
-            page = fused[start : start + ROLL_UP_PAGE]
-            if start + len(page) > fetched:
-                # Look this page and the next up in one query: a roll-up mostly reads the page that reaches k papers
-                # and then one more. The pages walked, so the result, are the same as one query per page.
-                window = fused[fetched : start + READ_AHEAD_PAGES * ROLL_UP_PAGE]
-                paper_of.update(self._store.chunk_paper_ids(rowid for rowid, _ in window))
-                fetched += len(window)
-            start += ROLL_UP_PAGE
-            for rowid, score in page:
-                if rowid in paper_of:
-                    by_paper.setdefault(paper_of[rowid], []).append((rowid, score))
-        best_first = sorted(by_paper.items(), key=lambda item: (-item[1][0][1], item[0]))[:k]
+    def _dense_rowids(
+        self, query: str, paper_ids: Collection[str] | None, query_vector: np.ndarray | None
+    ) -> Sequence[int] | np.ndarray:
+        """`dense_chunks`' row ids alone."""
+        if query_vector is None or self._rescores():
+            return list(map(itemgetter(0), self.dense_chunks(query, paper_ids, query_vector)))
+        return self._index.dense.search_rowids(query_vector, self.settings.depth, self._dense_filter(paper_ids))
+
+    def _dense_filter(self, paper_ids: Collection[str] | None) -> list[int] | None:
+        return None if paper_ids is None else self._index.bm25.rowids_of_papers(paper_ids)
+
+    def _rescores(self) -> bool:
+        """Whether dense hits of the static tier are re-scored by the model (`rescore_with_model`)."""
+        embedding = self._index.settings.embedding
+        return embedding.backend == "static" and bool(embedding.rescore_top_k)
+
+    def _papers(self, ranked: RankedPrefix, k: int) -> list[Candidate]:
+        """Roll chunks up to papers: a paper scores as its best chunk and keeps its best `chunks_per_paper`."""
+        best_first = sorted(self._roll_up(ranked, k).items(), key=lambda item: (-item[1][0][1], item[0]))[:k]
         kept = [(paper_id, hits[: self.settings.chunks_per_paper]) for paper_id, hits in best_first]
         stored = self._store.get_chunks(rowid for _, hits in kept for rowid, _ in hits)
         candidates: list[Candidate] = []
@@ -153,6 +160,86 @@ class HybridSearcher:
                     )
                 )
         return candidates
+
+    def _roll_up(self, ranked: RankedPrefix, k: int) -> dict[str, list[tuple[int, float]]]:
+        """Each paper's chunks, best first, from a walk down the ranking.
+
+        Paper ids are read from the store a page at a time, best first, until `k` papers have appeared and one more
+        page has been read: paper scores and ranks are exact; a supporting chunk ranked further down than that
+        (a weak one) is left out, which saves looking up every fused chunk. Only the kept chunks' texts are read.
+        """
+        by_paper: dict[str, list[tuple[int, float]]] = {}
+        paper_of: dict[int, str] = {}  # deleted chunks are absent: skipped
+        fetched = 0  # fused[:fetched] have been looked up
+        start = 0
+        extra_pages = 1
+        while True:
+            # The walk reads this page, and the next when it looks the page up: that much must be exact.
+            reads = ROLL_UP_PAGE if fetched >= start + ROLL_UP_PAGE else READ_AHEAD_PAGES * ROLL_UP_PAGE
+            fused = ranked(start + reads)
+            if not (start < len(fused) and (len(by_paper) < k or extra_pages > 0)):
+                return by_paper
+            if len(by_paper) >= k:
+                extra_pages -= 1
+            page = fused[start : start + ROLL_UP_PAGE]
+            if start + len(page) > fetched:
+                # Look this page and the next up in one query: a roll-up mostly reads the page that reaches k papers
+                # and then one more. The pages walked, so the result, are the same as one query per page.
+                window = fused[fetched : start + READ_AHEAD_PAGES * ROLL_UP_PAGE]
+                paper_of.update(self._store.chunk_paper_ids(rowid for rowid, _ in window))
+                fetched += len(window)
+            start += ROLL_UP_PAGE
+            for rowid, score in page:
+                if rowid in paper_of:
+                    by_paper.setdefault(paper_of[rowid], []).append((rowid, score))
+
+
+# The first `n` entries of a ranking, exactly (more is fine; fewer only when the ranking has no more).
+RankedPrefix = Callable[[int], Sequence[tuple[int, float]]]
+
+
+class BM25Prefix:
+    """A BM25 ranking at `search.depth`, searched only as deep as the roll-up walks (it mostly reads 2-4 pages of
+    100, and each hit costs ~1 µs of Python to rank): first `SHALLOW_DEPTH`, then the full depth if the walk goes
+    further. A shallow search is trusted only above its lowest score: every chunk scoring higher is among its hits
+    (those tied with the lowest may be any of the tied), so that part is exactly the deep search's first part; and
+    it is the whole ranking when it returns fewer hits than asked for."""
+
+    def __init__(self, search: Callable[[int], list[ChunkScore]], depth: int, first: int | None = None) -> None:
+        self._search = search  # the best hits at a depth
+        self._depth = depth
+        self._first = SHALLOW_DEPTH if first is None else first
+        self._asked = 0
+        self._hits: list[ChunkScore] = []
+
+    def __call__(self, n: int) -> list[ChunkScore]:
+        while len(self._hits) < n and self._asked < self._depth:
+            self._asked = self._depth if self._asked else min(self._depth, max(self._first, n + 1))
+            hits = self._search(self._asked)
+            complete = self._asked >= self._depth or len(hits) < self._asked
+            self._hits = hits if complete else _above_the_lowest_score(hits)
+        return self._hits
+
+
+def _pairs_as_read(rowids: np.ndarray, scores: np.ndarray) -> RankedPrefix:
+    """A ranking held as arrays, made (row id, score) pairs only as far as the roll-up reads it (it mostly reads 200
+    to 400 of a hybrid search's ~2,000)."""
+    pairs: list[tuple[int, float]] = []
+
+    def first(n: int) -> list[tuple[int, float]]:
+        if len(pairs) < min(n, rowids.size):
+            pairs.extend(zip(rowids[len(pairs) : n].tolist(), scores[len(pairs) : n].tolist()))
+        return pairs
+
+    return first
+
+
+def _above_the_lowest_score(hits: list[ChunkScore]) -> list[ChunkScore]:
+    """`hits` (best first) without the ones tied with the last."""
+    end = len(hits)
+    while end and hits[end - 1].score == hits[-1].score:
+        end -= 1
+    return hits[:end]
 
 
 def rescore_with_model(

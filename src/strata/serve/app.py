@@ -273,7 +273,7 @@ def serve(settings: Settings, ask_fn: AskFunction | None = None) -> None:
         os.environ[WORKER_SETTINGS_ENV] = settings_json(settings)
     app: FastAPI | str = f"{__name__}:worker_app" if workers > 1 else create_app(settings, ask_fn)
     uvicorn.run(app, factory=workers > 1, workers=workers, host=settings.serve.host, port=settings.serve.port,
-                log_level="info",
+                log_level="info", access_log=settings.serve.access_log,
                 # uvicorn annotates int but hands the value to loop.call_later, which takes fractional seconds.
                 timeout_keep_alive=settings.serve.keep_alive_s)  # type: ignore[arg-type]
 

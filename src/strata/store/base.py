@@ -280,9 +280,10 @@ class SqlCorpusStore:
         Answered from an in-memory map of every chunk's paper (`strata.store.paper_map`), built on first use and
         kept exact by the row id and deletion watermarks: one small query per call instead of one per page of ids.
         """
-        with self._lock:
-            if self._paper_map is None:
-                self._paper_map = ChunkPaperMap(self)
+        if self._paper_map is None:  # the store lock only once: it is held through every other thread's queries
+            with self._lock:
+                if self._paper_map is None:
+                    self._paper_map = ChunkPaperMap(self)
         return self._paper_map.lookup(rowids)
 
     def chunk_papers_after(self, rowid: int, limit: int = 100_000) -> list[tuple[int, str]]:
