@@ -140,7 +140,7 @@ CLAIMS = (
     ),
     Claim("Read (`ask`, embedded LLM)", "LitQA2", "accuracy", Measure("read.json", "litqa2 (letter)"), ()),
     Claim(
-        "Read, full default pipeline (0.5B; letter shares + grounding 0.5)", "LitQA2 dev", "accuracy",
+        "Read, full default pipeline (0.5B; first-stage top 2 read, letter shares + grounding 0.5)", "LitQA2 dev", "accuracy",
         Measure("read.json", "litqa2 (letter, default pipeline)"),
         (("option by lexical grounding alone (no LLM)", Measure("read.json", "litqa2 (grounding, no LLM reading)")),),
     ),
@@ -151,7 +151,7 @@ CLAIMS = (
          ("option by lexical grounding alone (no LLM)", Measure("read.json", "litqa2 (grounding, no LLM reading)"))),
     ),
     Claim(
-        "Read on SciFact claims (supported or refuted?), cheap setup (3 papers, no LLM retrieval)", "SciFact dev",
+        "Read on SciFact claims (supported or refuted?), cheap setup (top 2 papers, no LLM retrieval)", "SciFact dev",
         "accuracy", Measure("read.json", "scifact (letter)"), (),
     ),
     Claim(
