@@ -24,8 +24,8 @@ from strata.eval.retrieval import evaluate_run
 from strata.index import CorpusIndex
 from strata.index.migrate import migrate
 from strata.index.state import ChunkScore, ranked_chunk_scores
-from strata.retrieve.fusion import fuse_row_ids, reciprocal_rank_fusion
-from strata.retrieve.hybrid import BM25Prefix, HybridSearcher
+from strata.retrieve.fusion import fuse_row_id_arrays, reciprocal_rank_fusion
+from strata.retrieve.hybrid import BM25Prefix, HybridSearcher, pairs_as_read
 from strata.retrieve.query_batch import QueryBatcher
 from strata.store import AnyStore, open_store
 from strata.store.sqlite import CorpusStore
@@ -167,11 +167,12 @@ def test_rrf_of_row_ids_in_numpy_is_rrf_bit_for_bit(rankings: list[list[int]], k
     """The hybrid search's numpy fusion gives the generic function's pairs exactly: same ids, same order, same floats
     (each id's terms added in ranking order), as Python ints and floats."""
     weights = data.draw(st.none() | st.lists(st.floats(0, 4), min_size=len(rankings), max_size=len(rankings)))
-    fused = fuse_row_ids([np.array(ranking, dtype=np.int64) for ranking in rankings], k=k, weights=weights)
+    ids, scores = fuse_row_id_arrays([np.array(ranking, dtype=np.int64) for ranking in rankings], k=k, weights=weights)
+    fused = pairs_as_read(ids, scores)(ids.size)  # the pairs the search rolls up
     assert fused == reciprocal_rank_fusion(rankings, k=k, weights=weights)
     assert all(type(rowid) is int and type(score) is float for rowid, score in fused)
     with pytest.raises(ValueError, match="weights"):
-        fuse_row_ids([[1]], weights=[1.0, 2.0])
+        fuse_row_id_arrays([[1]], weights=[1.0, 2.0])
 
 
 @given(st.lists(st.tuples(st.integers(1, 10**9), st.sampled_from([0.0, 0.5, 1.25, 3.0, -1.0])),

@@ -98,9 +98,14 @@ NEGATION_SCOPE = 5  # words after a trigger that it negates
 CONTRACTED_NOT = re.compile(r"n['’]t\b")
 
 
+def _words(text: str) -> list[str]:
+    """Coarse tokens in order, unstemmed, "n't" spelled 'not' (triggers are stop words, which stemming drops)."""
+    return COARSE.findall(CONTRACTED_NOT.sub(" not", normal_text(text)))
+
+
 def negated_terms(text: str) -> frozenset[str]:
     """The terms of `text` within some negation trigger's scope ('not PBE1' -> pbe1)."""
-    words = COARSE.findall(CONTRACTED_NOT.sub(" not", normal_text(text)))
+    words = _words(text)
     negated: set[str] = set()
     for at, word in enumerate(words):
         if word not in NEGATION_TRIGGERS:
@@ -115,7 +120,7 @@ def negated_terms(text: str) -> frozenset[str]:
 
 def is_negated(text: str) -> bool:
     """Whether `text` holds a negation trigger ('Which gene is not upregulated?')."""
-    return any(word in NEGATION_TRIGGERS for word in COARSE.findall(CONTRACTED_NOT.sub(" not", normal_text(text))))
+    return any(word in NEGATION_TRIGGERS for word in _words(text))
 
 
 def contains_sequence(haystack: Sequence[str], needle: Sequence[str]) -> bool:
@@ -160,6 +165,7 @@ class OptionTerms:
     core: tuple[str, ...] = ()  # its numbers in order, with the unit after the last ('2 Å' -> 2 a, not the 2 of 12 Å)
     restated: bool = False  # every term telling it apart is already in the question ('supported' of 'supported or
     # refuted?'): a passage on the topic holds them whichever option is true, so lexical matching cannot decide it
+    negative: bool = False  # it states a negation itself ('no gain'): it carries its own polarity
 
 
 def option_terms(options: Sequence[str], question: str = "") -> list[OptionTerms]:
@@ -176,7 +182,8 @@ def option_terms(options: Sequence[str], question: str = "") -> list[OptionTerms
         own = (own - asked) or own
         numbers = frozenset(term for term in own if NUMBER.fullmatch(term))
         tokens = fine_tokens(option)
-        described.append(OptionTerms(tuple(tokens), frozenset(own), numbers, numeric_core(tokens, numbers), restated))
+        core = numeric_core(tokens, numbers)
+        described.append(OptionTerms(tuple(tokens), frozenset(own), numbers, core, restated, is_negated(option)))
     return described
 
 
@@ -307,17 +314,17 @@ def ground(question: str, options: Sequence[str], passages: Sequence[str]) -> Gr
 
     negative = is_negated(question)
 
-    def polarity(described: OptionTerms, option: str, unit: _Unit) -> float:
+    def polarity(described: OptionTerms, unit: _Unit) -> float:
         """1 when the unit states the option (or the question's subject) as the question asks, negated or not,
         else OPPOSITE; an option saying a negation itself ('no gain') carries its own polarity."""
-        if is_negated(option):
+        if described.negative:
             return 1.0
         negated = bool((described.terms | asked) & unit.terms & unit.negated)
         return 1.0 if negated == negative else OPPOSITE
 
-    def score(described: OptionTerms, option: str, unit: _Unit) -> float:
+    def score(described: OptionTerms, unit: _Unit) -> float:
         strength = match_strength(described, unit.tokens, unit.terms, weight)
-        return strength * (OFF_TOPIC + coverage(unit)) * polarity(described, option, unit) if strength else 0.0
+        return strength * (OFF_TOPIC + coverage(unit)) * polarity(described, unit) if strength else 0.0
 
     grounded = []
     for option, described in zip(options, option_terms(options, question), strict=True):
@@ -325,11 +332,10 @@ def ground(question: str, options: Sequence[str], passages: Sequence[str]) -> Gr
             grounded.append(OptionGrounding(option, 0.0, 0.0))
             continue
         strengths = [match_strength(described, unit.tokens, unit.terms, weight) for unit in whole]
-        scores = [SPREAD * score(described, option, unit) if strength else 0.0
-                  for unit, strength in zip(whole, strengths)]  # fmt: skip
+        scores = [SPREAD * score(described, unit) if strength else 0.0 for unit, strength in zip(whole, strengths)]
         for unit in sentences:
             if strengths[unit.passage]:
-                scores[unit.passage] = max(scores[unit.passage], score(described, option, unit))
+                scores[unit.passage] = max(scores[unit.passage], score(described, unit))
         found = sorted((i for i, s in enumerate(strengths) if s > 0), key=lambda i: (-scores[i], i))
         best = (max(strengths, default=0.0), max(scores, default=0.0))
         grounded.append(OptionGrounding(option, *best, tuple(found), tuple(scores[i] for i in found)))

@@ -30,20 +30,12 @@ def reciprocal_rank_fusion(
     return [(key, -negative) for negative, key in sorted([(-score, key) for key, score in scores.items()])]
 
 
-def fuse_row_ids(
-    rankings: Sequence[Sequence[int] | np.ndarray], k: int = 60, weights: Sequence[float] | None = None
-) -> list[tuple[int, float]]:
-    """`reciprocal_rank_fusion` of integer ids in numpy, the same pairs bit for bit: each id's terms are added in
-    ranking order, starting from 0.0, as there. A hybrid search fuses ~2,000 chunk row ids per query, which cost
-    ~1 ms in dictionaries."""
-    ids, scores = fuse_row_id_arrays(rankings, k, weights)
-    return list(zip(ids.tolist(), scores.tolist()))
-
-
 def fuse_row_id_arrays(
     rankings: Sequence[Sequence[int] | np.ndarray], k: int = 60, weights: Sequence[float] | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
-    """`fuse_row_ids` as two arrays, ids and scores, best first (pairs are made only for what a caller reads)."""
+    """`reciprocal_rank_fusion` of integer ids in numpy, as two arrays (ids and scores, best first), the same pairs bit
+    for bit: each id's terms are added in ranking order, starting from 0.0, as there. A hybrid search fuses ~2,000
+    chunk row ids per query, which cost ~1 ms in dictionaries; pairs are made only for what a caller reads."""
     weights = _checked_weights(rankings, k, weights)
     ids: list[np.ndarray] = []
     terms: list[np.ndarray] = []

@@ -83,7 +83,7 @@ class HybridSearcher:
                               self.settings.depth)
         if method == "hybrid":
             lists = [self._bm25_rowids(query, prf, paper_ids), self._dense_rowids(query, paper_ids, query_vector)]
-            return _pairs_as_read(*fuse_row_id_arrays(lists, k=self.settings.rrf_k))
+            return pairs_as_read(*fuse_row_id_arrays(lists, k=self.settings.rrf_k))
         if method == "bm25":
             hits = self.bm25_chunks(query, prf, paper_ids)
         else:
@@ -221,7 +221,7 @@ class BM25Prefix:
         return self._hits
 
 
-def _pairs_as_read(rowids: np.ndarray, scores: np.ndarray) -> RankedPrefix:
+def pairs_as_read(rowids: np.ndarray, scores: np.ndarray) -> RankedPrefix:
     """A ranking held as arrays, made (row id, score) pairs only as far as the roll-up reads it (it mostly reads 200
     to 400 of a hybrid search's ~2,000)."""
     pairs: list[tuple[int, float]] = []
