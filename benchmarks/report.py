@@ -121,6 +121,23 @@ CLAIMS = (
         (
             ("dense leaves", Measure("stair-cpu.json", "small_books_overall/dense/all")),
             ("BM25 leaves", Measure("stair-cpu.json", "small_books_overall/bm25/all")),
+            ("DSI (no ToC in the prompt)", Measure("stair-cpu.json", "small_books_overall/dsi/all")),
+        ),
+    ),
+    Claim(
+        "STAIR fused with hybrid leaf search (weight chosen on synthetic dev questions)",
+        "OpenStax ToC-QA, small books", "R@1", Measure("stair-cpu.json", "small_books_overall/stair-fused/all"),
+        (
+            ("dense leaves", Measure("stair-cpu.json", "small_books_overall/dense/all")),
+            ("hybrid leaves", Measure("stair-cpu.json", "small_books_overall/hybrid/all")),
+        ),
+    ),
+    Claim(
+        "Hybrid leaf search (BM25 + dense, RRF)", "OpenStax ToC-QA, whole books", "R@1",
+        Measure("stair-cpu.json", "full_books/hybrid/all"),
+        (
+            ("dense leaves", Measure("stair-cpu.json", "full_books/dense/all")),
+            ("BM25 leaves", Measure("stair-cpu.json", "full_books/bm25/all")),
         ),
     ),
     Claim(
@@ -203,7 +220,13 @@ def _measured(results: dict[str, ResultFile], measure: Measure) -> Experiment | 
 def _delta(results: dict[str, ResultFile], claim: Claim, system: Experiment, baseline: Experiment) -> str:
     delta = f"{system.metrics[claim.metric] - baseline.metrics[claim.metric]:+.3f}"
     part = results[claim.system.file].details.get("parts", {}).get(system.group, {})
-    tests = [t for t in part.get("comparisons", []) if t["metric"] == claim.metric and t["baseline"] == baseline.method]
+    tests = [
+        t
+        for t in part.get("comparisons", [])
+        if t["metric"] == claim.metric
+        and t["baseline"] == baseline.method
+        and t.get("system", system.method) == system.method  # ToC parts test two systems against one baseline
+    ]
     paired = system.details.get("paired_test", {})
     if not tests and paired.get("metric") == claim.metric and paired.get("against") == baseline.method:
         tests = [paired]
@@ -373,10 +396,19 @@ def toc_part(name: str, result: ResultFile, group: str, part: dict[str, Any], ex
         lines.append(f"Training budget: {part['train_budget_s_per_adapter']:.0f} wall seconds per adapter.")
     for report in part.get("training", []):
         lines.append(
-            f"Training {report['mode']} ({report['device']}): {report['train_examples']} synthetic questions, "
+            f"Training {report['mode']} ({part.get('train_model', 'base model')} on {report['device']}): "
+            f"{report['train_examples']} synthetic questions ({report['dev_examples']} dev), "
             f"{report['steps']} steps ({report['epochs']:.2f} epochs) in {report['seconds']:.0f} s "
             f"({report['seconds_per_step']:.1f} s/step), best dev R@1 {report['best_dev_r1']:.3f} at step "
             f"{report['best_step']}{', stopped early' if report['stopped_early'] else ''}."
+        )
+    fusion = part.get("fusion")
+    if fusion:
+        curve = ", ".join(f"{weight}: {score:.3f}" for weight, score in fusion["curve"].items())
+        lines.append(
+            f"stair-fused: the hybrid top {part['settings']['fusion_candidates']} leaves ordered by the STAIR adapter, "
+            f"fused by rank at adapter weight {fusion['weight']:g}, chosen on {fusion['queries']} synthetic dev "
+            f"questions (dev R@1 by weight: {curve})."
         )
     for test in part.get("comparisons", []):
         lines.append(

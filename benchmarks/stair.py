@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import random
 import subprocess
 import sys
@@ -60,18 +61,23 @@ GPU_WHEELS = (
     "python-dotenv==1.2.1",
     "gguf==0.19.0",
 )
-# The settings the small-book results were measured with (one quiet core): one dev check per epoch of psychology's
-# 102 training questions, a wall budget that ends training when patience has not.
+# The settings the small-book results are measured with: the packaged 0.5B model (the zero-shot baseline's) as the
+# base, 16 questions per step on the ToC the base model reads (toc.adapt_toc off: the ToC's cache is computed once),
+# one dev check per epoch, patience 2; the wall budget only ends a run that patience has not.
 CPU_SMALL_SETTINGS = {
-    "toc.batch_size": 4,
-    "toc.max_steps": 400,
-    "toc.eval_every_steps": 26,
-    "toc.patience": 3,
-    "toc.threads": 1,  # one torch thread per process: two processes share the two cores (and 2 threads contended)
+    "toc.train_model": "packaged:qwen2.5-coder-0.5b",
+    "toc.batch_size": 16,
+    "toc.learning_rate": 5e-4,  # a few epochs of ~16 steps: a larger step than the 3e-4 default
+    "toc.max_epochs": 6,
+    "toc.patience": 2,
+    "toc.threads": 2,
 }
-CPU_TRAIN_BUDGET_S = 3000.0  # wall seconds per adapter
+CPU_TRAIN_BUDGET_S = 3600.0  # wall seconds per adapter
+CPU_DEV_LIMIT = 300  # every dev question of a small book (2 per leaf)
+ADAPTERS = RESULTS / "tmp" / "stair-adapters"  # ignored: the fused retriever loads the STAIR adapter back
 CPU_SMALL_TEST_SAMPLE = 60
 CPU_PARTS = ("full", "zero-shot", "zero-shot-small", "small", "overall")
+FUSED = "stair-fused"
 CHECKPOINT_EVERY = 5  # zero-shot LLM questions between partial writes of the results
 # Sized for one device call (at most 600 s): two adapters of --budget-s each plus generation and ranking.
 GPU_SETTINGS = {
@@ -160,7 +166,7 @@ def paired_tests(methods: dict, system: str, metric: str = "R@1") -> list[dict]:
     """STAIR against the best other method on the same questions, and against DSI (the paper's test)."""
     from strata.eval.compare import compare
 
-    others = {name: entry for name, entry in methods.items() if name != system and "all" in entry}
+    others = {name: entry for name, entry in methods.items() if name not in (system, FUSED) and "all" in entry}
     if system not in methods or not others:
         return []
     best = max(others, key=lambda name: (others[name]["all"]["metrics"][metric], name))
@@ -256,6 +262,9 @@ def run_cpu(args: argparse.Namespace) -> None:
     if parts - set(CPU_PARTS):
         raise SystemExit(f"unknown parts {sorted(parts - set(CPU_PARTS))}; choose from {', '.join(CPU_PARTS)}")
     small_names = args.small_books.split(",")
+    modes = tuple(args.modes.split(","))
+    if set(modes) - {"stair", "dsi"}:
+        raise SystemExit(f"unknown modes {sorted(set(modes) - {'stair', 'dsi'})}; choose from stair, dsi")
     if set(small_names) - set(SMALL_BOOKS):
         raise SystemExit(f"unknown small books {sorted(set(small_names) - set(SMALL_BOOKS))}; choose from "
                          f"{', '.join(SMALL_BOOKS)}")
@@ -285,7 +294,7 @@ def run_cpu(args: argparse.Namespace) -> None:
         written = write_results("stair-cpu.json", {key: zero_shot_llm(sets, settings, part, "small-sample", key)})
     if "small" in parts:
         for name in small_names:
-            part = small_book(books, name, settings, args.train_budget_s, small_overrides(args))
+            part = small_book(books, name, settings, args.train_budget_s, small_overrides(args), modes)
             written = write_results("stair-cpu.json", {f"small_{name}": part})
     overall = small_books_overall() if parts & {"small", "overall"} else None
     if overall:
@@ -296,11 +305,11 @@ def run_cpu(args: argparse.Namespace) -> None:
 
 def full_book_baselines(books: dict, settings) -> dict:
     from strata.encoders.embedder import Embedder
-    from strata.toc.baselines import LeafBM25, LeafDense
+    from strata.toc.baselines import LeafBM25, LeafDense, LeafHybrid
     from strata.toc.tree import document_toc
 
     embedder = Embedder(settings.index.embedding)
-    queries, bm25_rankings, dense_rankings = [], [], []
+    queries, rankings = [], {}
     build = {}
     for name, (paper, book_queries) in books.items():
         toc = document_toc(paper)
@@ -315,16 +324,14 @@ def full_book_baselines(books: dict, settings) -> dict:
             "dense_build_s": time.perf_counter() - built,
         }
         queries += book_queries
-        bm25_rankings += [bm25.rank(q.question, K) for q in book_queries]
-        dense_rankings += [dense.rank(q.question, K) for q in book_queries]
+        hybrid = LeafHybrid(bm25, dense, k=settings.search.rrf_k)
+        for method, retriever in (("bm25", bm25), ("dense", dense), ("hybrid", hybrid)):
+            rankings.setdefault(method, []).extend(retriever.rank(q.question, K) for q in book_queries)
     return {
         "kind": "baselines",
         "device": "cpu",
         "build": build,
-        "methods": {
-            "bm25": by_scope("bm25", queries, bm25_rankings, "full"),
-            "dense": by_scope("dense", queries, dense_rankings, "full"),
-        },
+        "methods": {method: by_scope(method, queries, ranked, "full") for method, ranked in rankings.items()},
     }
 
 
@@ -385,10 +392,11 @@ def small_test_set(books: dict, name: str):
     return paper, chapter_queries, llm_sample(chapter_queries, CPU_SMALL_TEST_SAMPLE)
 
 
-def small_book(books: dict, name: str, settings, train_budget_s: float, overrides: dict) -> dict:
+def small_book(books: dict, name: str, settings, train_budget_s: float, overrides: dict, modes: tuple) -> dict:
     from strata.config import Settings
+    from strata.encoders.embedder import Embedder
     from strata.llm import make_client
-    from strata.toc.baselines import LeafBM25, LeafDense
+    from strata.toc.baselines import LeafBM25, LeafDense, LeafHybrid
     from strata.experiments.stair import BookJob, JobQuery, StairJob, run_job
     from strata.llm.packaged import resolve_model
     from strata.toc.synthetic import QuestionCache, cached_questions, generate_questions
@@ -416,18 +424,27 @@ def small_book(books: dict, name: str, settings, train_budget_s: float, override
         ],
         settings=small_settings.toc,
         seed=SEED,
-        dev_limit=24,
+        dev_limit=CPU_DEV_LIMIT,
         inference_batch=1,
+        modes=list(modes),
         zero_shot=False,  # the zero-shot baseline is the packaged LLM on the ToC (zero_shot_llm); CPU time is scarce
     )
-    runs = run_job(job, small_settings.toc.train_model, settings.llm.model_dir, "cpu", None, log, train_budget_s)
+    adapters = ADAPTERS / name
+    runs = run_job(job, small_settings.toc.train_model, settings.llm.model_dir, "cpu", adapters, log, train_budget_s)
+    embedder = Embedder(settings.index.embedding)
     methods = {
         "bm25": by_scope("bm25", queries, [LeafBM25(toc).rank(q.question, K) for q in queries], tag),
     }
-    dense = LeafDense(toc, settings.index.embedding)
+    dense = LeafDense(toc, settings.index.embedding, embedder)
     methods["dense"] = by_scope("dense", queries, [dense.rank(q.question, K) for q in queries], tag)
+    hybrid = LeafHybrid(LeafBM25(toc), dense, k=settings.search.rrf_k)
+    methods["hybrid"] = by_scope("hybrid", queries, [hybrid.rank(q.question, K) for q in queries], tag)
     for run in runs.runs:
         methods[run.method] = by_scope(run.method, queries, [run.rankings[q.query_id] for q in queries], tag)
+    fusion = None
+    if "stair" in modes and not any(error.startswith("stair") for error in runs.errors):
+        fused, fusion = fused_stair(small_settings, toc, adapters / "stair", queries, runs.splits[toc.paper_id])
+        methods[FUSED] = by_scope(FUSED, queries, fused, tag)
     return {
         "kind": "small-book",
         "device": "cpu",
@@ -447,9 +464,52 @@ def small_book(books: dict, name: str, settings, train_budget_s: float, override
         "train_budget_s_per_adapter": train_budget_s,
         "model_load_seconds": runs.model_load_seconds,
         "training": [report.model_dump() for report in runs.train],
+        "fusion": fusion.model_dump() if fusion else None,
         "methods": methods,
-        "comparisons": paired_tests(methods, "stair"),
+        "comparisons": paired_tests(methods, "stair") + fused_tests(methods),
     }
+
+
+def fused_stair(settings, toc, adapter, queries, split) -> tuple[list, object]:
+    """The STAIR adapter fused with hybrid search (strata.toc.fused): the weight chosen on the dev questions of the
+    adapter's split, then every test question ranked."""
+    from strata.toc.adapter import load_adapter, load_base_model, read_adapter_meta
+    from strata.toc.encode import PromptEncoder
+    from strata.toc.fused import choose_fusion_weight
+    from strata.toc.query import fused_retriever
+
+    model, tokenizer, identity = load_base_model(
+        settings.toc.train_model, settings.llm.model_dir, "cpu", settings.toc.threads
+    )
+    tuned = load_adapter(model, adapter, identity, "stair")
+    encoder = PromptEncoder(tokenizer, settings.toc)
+    retriever = fused_retriever(settings, toc, tuned, encoder, read_adapter_meta(adapter).adapt_toc, 0.0)
+    started = time.perf_counter()
+    choice = choose_fusion_weight(retriever, [item for item in split if item.split == "dev"])
+    log(f"fusion weight {choice.weight:g} on {choice.queries} dev questions ({time.perf_counter() - started:.0f}s): "
+        f"{choice.curve}")
+    retriever.weight = choice.weight
+    return [retriever.rank(q.question, K) for q in queries], choice
+
+
+def fused_tests(methods: dict, metric: str = "R@1") -> list[dict]:
+    """The fused retriever against each of its parts' baselines (BM25, dense, hybrid) and STAIR alone."""
+    from strata.eval.compare import compare
+
+    if FUSED not in methods:
+        return []
+    tests = []
+    for baseline in ("bm25", "dense", "hybrid", "stair"):
+        if baseline in methods and "all" in methods[baseline]:
+            result = compare(
+                REPO / methods[baseline]["all"]["per_query_file"],
+                REPO / methods[FUSED]["all"]["per_query_file"],
+                metric,
+                permutations=PERMUTATIONS,
+                seed=SEED,
+            )
+            tests.append({"system": FUSED, "baseline": baseline, **result.model_dump(exclude={"per_query_delta"})})
+    return tests
 
 
 def small_books_overall() -> dict | None:
@@ -464,6 +524,10 @@ def small_books_overall() -> dict | None:
     parts = {name: described[f"small_{name}"] for name in SMALL_BOOKS if f"small_{name}" in described}
     if len(parts) < 2:
         log(f"not pooling the small books: {path.name} holds {len(parts)} of them ({', '.join(parts) or 'none'})")
+        return None
+    recipes = {json.dumps(part.get("settings"), sort_keys=True) for part in parts.values()}
+    if len(recipes) > 1:  # e.g. one book measured again with a new recipe, the other not yet
+        log("not pooling the small books: they were trained with different settings")
         return None
     cells = {name: methods_of(written, f"small_{name}") for name in parts}
     shared = [m for m in next(iter(cells.values())) if all(m in part for part in cells.values())]
@@ -487,7 +551,7 @@ def small_books_overall() -> dict | None:
         "device": "cpu",
         "pooled_from": pooled_from,
         "methods": methods,
-        "comparisons": paired_tests(methods, "stair"),
+        "comparisons": paired_tests(methods, "stair") + fused_tests(methods),
     }
 
 
@@ -623,7 +687,8 @@ def main() -> None:
     )
     cpu.add_argument("--llm-sample", type=int, default=100, help="questions per book for the zero-shot LLM")
     cpu.add_argument("--train-budget-s", type=float, default=CPU_TRAIN_BUDGET_S, help="wall seconds per adapter")
-    cpu.add_argument("--max-steps", type=int, help=f"toc.max_steps (default {CPU_SMALL_SETTINGS['toc.max_steps']})")
+    cpu.add_argument("--modes", default="stair,dsi", help="adapters the small part trains (stair, dsi)")
+    cpu.add_argument("--max-steps", type=int, help="toc.max_steps (default: toc.max_epochs epochs)")
     cpu.add_argument("--threads", type=int, help="toc.threads: torch threads (2 on a quiet machine)")
     cpu.add_argument("--eval-every", type=int, help="toc.eval_every_steps: steps between dev R@1 checks")
     cpu.add_argument("--patience", type=int, help=f"toc.patience (default {CPU_SMALL_SETTINGS['toc.patience']})")

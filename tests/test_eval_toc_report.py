@@ -33,13 +33,15 @@ def test_every_stair_part_is_rendered_with_training_and_the_randomization_test()
     comparison = {"metric": "R@1", "queries": 60, "system_file": "x/small-all-stair.json", "system_mean": 0.2,
                   "baseline_file": "x/small-all-bm25.json", "baseline_mean": 0.7, "mean_delta": -0.5, "p_value": 0.0001,
                   "permutations": 10000, "seed": 7, "wins": 1, "ties": 20, "losses": 39, "baseline": "bm25"}
-    training = {"mode": "stair", "device": "cpu", "train_examples": 102, "steps": 6, "epochs": 0.24, "seconds": 600.0,
-                "seconds_per_step": 100.0, "best_dev_r1": 0.0, "best_step": 6, "stopped_early": False}
+    training = {"mode": "stair", "device": "cpu", "train_examples": 102, "dev_examples": 24, "steps": 6, "epochs": 0.24,
+                "seconds": 600.0, "seconds_per_step": 100.0, "best_dev_r1": 0.0, "best_step": 6, "stopped_early": False}
+    fusion = {"weight": 0.3, "metric": "dev R@1", "queries": 24, "curve": {"0": 0.5, "0.3": 0.625, "1": 0.25}}
     parts = {
         "full_books": {"kind": "baselines", "device": "cpu"},
         "small_psych": {"kind": "small-book", "device": "cpu", "book": "psych", "chapters": ["Memory", "Sleep"],
                         "leaves": 42, "sample": {"questions": 60, "of": 120, "seed": 7},
-                        "train_budget_s_per_adapter": 600, "training": [training], "comparisons": [comparison]},
+                        "train_budget_s_per_adapter": 600, "training": [training], "comparisons": [comparison],
+                        "train_model": "packaged:tiny", "settings": {"fusion_candidates": 10}, "fusion": fusion},
         "zero_shot_llm": {"kind": "zero-shot", "device": "cpu", "model": "tiny", "partial": True,
                           "sample": {"questions": 60, "seed": 7}},
     }  # fmt: skip
@@ -60,7 +62,10 @@ def test_every_stair_part_is_rendered_with_training_and_the_randomization_test()
     assert "| bm25 | psych | 60 | 0.784 |" in text and "| bm25 | soc | 60 | 0.650 |" in text
     # One book: its row only, not an 'all' row repeating it.
     assert "| stair | psych | 60 | 0.200 | 0.900 | 0.800 | 0.050 |" in text and "| stair | all |" not in text
-    assert "Training stair (cpu): 102 synthetic questions, 6 steps (0.24 epochs) in 600 s" in text
+    assert "Training stair (packaged:tiny on cpu): 102 synthetic questions (24 dev), 6 steps (0.24 epochs) in 600 s" \
+        in text
+    assert "the hybrid top 10 leaves ordered by the STAIR adapter, fused by rank at adapter weight 0.3, chosen on 24 " \
+        "synthetic dev questions (dev R@1 by weight: 0: 0.500, 0.3: 0.625, 1: 0.250)" in text
     assert "small-all-stair 0.200 vs small-all-bm25 0.700 (delta -0.500), p = 0.0001 (10,000 permutations, " \
         "seed 7)" in text
     assert "Questions: 60 of the 120 questions of these chapters, random.Random(7).sample" in text

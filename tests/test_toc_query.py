@@ -18,7 +18,7 @@ CHAPTERS = {
 }
 # Settings every test here runs with (as strings: the CLI test passes them as flags): the tiny packaged model.
 TINY_MODEL = {"index.dense": "false", "llm.model": "packaged:smollm2-135m", "llm.cache": "false",
-              "toc.context_tokens": "2048"}
+              "toc.context_tokens": "2048", "toc.train_model": "packaged:smollm2-135m"}
 
 
 def write_book(folder: Path) -> Path:
@@ -88,10 +88,19 @@ def test_strata_train_toc_saves_the_adapter_that_strata_toc_then_answers_with(tm
     assert "STAIR adapter saved to" in capsys.readouterr().out
     assert (tmp_path / "home" / "toc" / "adapters" / "tiny-psychology" / "stair").is_dir()
 
-    answer = run_toc_query(settings, "Tiny Psychology", "Why do we forget things?", k=2)
-    assert answer.method == "stair-adapter" and len(answer.hits) == 2
+    folder = tmp_path / "home" / "toc" / "adapters" / "tiny-psychology" / "stair"
+    meta = json.loads((folder / "strata_toc_adapter.json").read_text())
+    assert meta["fusion"]["metric"] == "dev R@1" and meta["fusion"]["queries"] >= 1  # the leaves with 2+ questions
+    assert meta["adapt_toc"] is False and meta["answer_format"] == "title (number)"
     leaves = {(chapter, title) for chapter, modules in CHAPTERS.items() for title in modules}
-    assert all(tuple(hit.path) in leaves for hit in answer.hits)
+    # Fused with hybrid search by default; the adapter alone over the whole ToC with no candidates asked for.
+    for fusion_candidates, method in [(10, "stair-fused"), (0, "stair-adapter")]:
+        asked = settings.model_copy(
+            update={"toc": settings.toc.model_copy(update={"fusion_candidates": fusion_candidates})}
+        )
+        answer = run_toc_query(asked, "Tiny Psychology", "Why do we forget things?", k=2)
+        assert answer.method == method and len(answer.hits) == 2
+        assert all(tuple(hit.path) in leaves for hit in answer.hits)
 
 
 def test_a_whole_real_book_too_long_for_the_context_still_answers_with_its_real_leaves(tmp_path, shared_data):

@@ -54,18 +54,46 @@ class FakeClient:
         return SyntheticQuestions(questions=[f"Q{len(self.prompts)} one?", f"Q{len(self.prompts)} two?"])
 
 
-def test_generation_asks_once_per_leaf_and_then_answers_from_the_cache(tmp_path: Path):
+def test_generation_asks_per_passage_without_the_title_and_then_answers_from_the_cache(tmp_path: Path):
     builder = PaperBuilder("book", "test")
     for title in ("Alpha", "Beta"):
         builder.open_section(title, 1)
-        builder.add_block(f"{title} text " * 50)
+        builder.add_block(" ".join(f"{title.lower()}{i}" for i in range(100)))
     toc = document_toc(builder.build(title="Book"))
-    settings = TocSettings(passage_words=40, questions_per_leaf=2)
+    settings = TocSettings(passage_words=40, passages_per_leaf=3, questions_per_leaf=6)
     cache = QuestionCache(tmp_path, toc.paper_id, "fake")
     client = FakeClient()
     first = generate_questions(client, toc, toc.leaves(), settings, cache)
-    assert len(client.prompts) == 2 and "Write 2 questions." in client.prompts[0]
-    assert len(client.prompts[0].split("Passage:\n")[1].split()) == 40
-    assert generate_questions(client, toc, toc.leaves(), settings, cache) == first and len(client.prompts) == 2
-    # A different prompt (more words of the passage) is a cache miss.
+    assert len(client.prompts) == 6 and "Write 2 questions." in client.prompts[0]
+    passages = [prompt.split("Passage:\n")[1].split() for prompt in client.prompts[:3]]
+    # Three windows of 40 words spread over the leaf's 100: its start, middle and end.
+    assert [(words[0], words[-1], len(words)) for words in passages] == [
+        ("alpha0", "alpha39", 40), ("alpha30", "alpha69", 40), ("alpha60", "alpha99", 40)
+    ]
+    assert not any("Alpha" in prompt or "Beta" in prompt for prompt in client.prompts)  # no title or path shown
+    assert len(first["1"]) == 6
+    assert generate_questions(client, toc, toc.leaves(), settings, cache) == first and len(client.prompts) == 6
+    # A different prompt (more words per passage) is a cache miss.
     assert cached_questions(toc, toc.leaves(), settings.model_copy(update={"passage_words": 60}), cache) == {}
+
+
+def test_a_short_leaf_is_one_passage_asked_for_all_its_questions(tmp_path: Path):
+    builder = PaperBuilder("book", "test")
+    for title in ("Alpha", "Beta"):
+        builder.open_section(title, 1)
+        builder.add_block("Short text about tides and marshes.")
+    toc = document_toc(builder.build(title="Book"))
+    client = FakeClient()
+    settings = TocSettings(passage_words=40, passages_per_leaf=4, questions_per_leaf=8)
+    generate_questions(client, toc, toc.leaves(), settings, QuestionCache(tmp_path, toc.paper_id, "fake"))
+    assert len(client.prompts) == 2 and "Write 8 questions." in client.prompts[0]
+
+
+def test_near_duplicate_questions_are_dropped():
+    kept = clean_questions([
+        "What causes the tides in a salt marsh?",
+        "What causes the tides in a salt marsh ?",
+        "What causes tides in the salt marsh?",
+        "How does cordgrass trap sediment?",
+    ])
+    assert kept == ["What causes the tides in a salt marsh?", "How does cordgrass trap sediment?"]

@@ -3,6 +3,7 @@ training lowers it, constrained beam search only returns real leaves, and a save
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,7 @@ transformers = pytest.importorskip("transformers")
 pytest.importorskip("peft")
 
 from strata.config import TocSettings  # noqa: E402
-from strata.toc.adapter import AdapterMeta, load_adapter, save_adapter  # noqa: E402
+from strata.toc.adapter import ADAPTER_META, ANSWER_FORMAT, AdapterMeta, load_adapter, save_adapter  # noqa: E402
 from strata.toc.decode import generate_texts, rank_prompts  # noqa: E402
 from strata.toc.encode import Example  # noqa: E402
 from strata.toc.trie import LabelTrie  # noqa: E402
@@ -31,6 +32,7 @@ def one_thread():
 
 
 LABELS = {"1": [10, 11, 12], "2": [10, 13], "3": [14, 15, 16, 17]}
+TOC_PREFIX = [1, 20, 21, 22, 23]
 
 
 def tiny_model():
@@ -64,7 +66,13 @@ class Encoder:
 
 def example(leaf: str, question: list[int]) -> Example:
     # A shared 'ToC' prefix, then the question, then the label and the end token.
-    return Example(paper_id="p", leaf=leaf, prompt_ids=[1, 20, 21, 22, 23, *question], answer_ids=[*LABELS[leaf], END])
+    return Example(
+        paper_id="p",
+        leaf=leaf,
+        prompt_ids=[*TOC_PREFIX, *question],
+        answer_ids=[*LABELS[leaf], END],
+        query_start=len(TOC_PREFIX),
+    )
 
 
 TRAIN = [example("1", [30, 31]), example("2", [32]), example("3", [33, 34, 35])]
@@ -99,7 +107,14 @@ def test_constrained_beam_search_returns_only_real_leaves_best_first():
 
 def test_training_fits_the_examples_and_a_saved_adapter_loads_back_identically(tmp_path: Path):
     settings = TocSettings(
-        lora_r=4, lora_alpha=8, lora_dropout=0.0, learning_rate=5e-2, batch_size=3, max_steps=30, eval_every_steps=10
+        lora_r=4,
+        lora_alpha=8,
+        lora_dropout=0.0,
+        learning_rate=5e-2,
+        batch_size=3,
+        max_steps=30,
+        eval_every_steps=10,
+        adapt_toc=True,
     )
     trie = LabelTrie(LABELS, END)
     model = tiny_model()
@@ -110,7 +125,9 @@ def test_training_fits_the_examples_and_a_saved_adapter_loads_back_identically(t
     assert after < before - 0.2 and report.steps == 30 and [c.step for c in report.checks] == [10, 20, 30]
     # Early stopping keeps the weights of the best dev check.
     assert report.best_dev_r1 == max(c.dev_r1 for c in report.checks) > 0
-    meta = AdapterMeta(mode="stair", base_model="tiny", paper_ids=["p"], lora_r=4, lora_alpha=8)
+    meta = AdapterMeta(
+        mode="stair", base_model="tiny", paper_ids=["p"], lora_r=4, lora_alpha=8, answer_format=ANSWER_FORMAT
+    )
     save_adapter(tuned, tmp_path / "stair", meta)
     probe = torch.tensor([TRAIN[2].prompt_ids])
     with torch.no_grad():
@@ -119,6 +136,11 @@ def test_training_fits_the_examples_and_a_saved_adapter_loads_back_identically(t
         assert torch.allclose(reloaded(input_ids=probe).logits, expected, atol=1e-6)
     with pytest.raises(ValueError, match="trained on tiny"):
         load_adapter(reloaded.unload(), tmp_path / "stair", "other-weights")
+    # An adapter saved before the answer format was recorded wrote the number first: refused, not misread.
+    older = meta.model_dump(exclude={"answer_format"})
+    (tmp_path / "stair" / ADAPTER_META).write_text(json.dumps(older))
+    with pytest.raises(ValueError, match="train it again"):
+        load_adapter(tiny_model(), tmp_path / "stair", "tiny")
 
 
 def test_one_prompt_at_a_time_reuses_the_shared_prefix_cache_with_identical_results():
@@ -132,3 +154,54 @@ def test_one_prompt_at_a_time_reuses_the_shared_prefix_cache_with_identical_resu
     for one, many in zip(alone, batched):
         assert [score for _, score in one] == pytest.approx([score for _, score in many], abs=1e-4)
     assert generate_texts(model, Encoder(), prompts, 1, 5) == generate_texts(model, Encoder(), prompts, 3, 5)
+
+
+def base_read_loss(model, batch, adapter: bool = True) -> float:
+    """The loss when the base model reads the ToC prefix and the adapter the rest, computed whole per example."""
+    from contextlib import nullcontext
+
+    from transformers import DynamicCache
+
+    total, count = 0.0, 0
+    for item in batch:
+        with model.disable_adapter() if adapter else nullcontext():
+            cache = model(input_ids=torch.tensor([TOC_PREFIX]), use_cache=True).past_key_values
+        rest = item.prompt_ids[len(TOC_PREFIX) :] + item.answer_ids
+        assert isinstance(cache, DynamicCache)
+        logits = model(input_ids=torch.tensor([rest]), past_key_values=cache).logits[0]
+        n = len(item.answer_ids)
+        answer = torch.tensor(item.answer_ids)
+        total += float(torch.nn.functional.cross_entropy(logits[-n - 1 : -1], answer, reduction="sum").detach())
+        count += n
+    return total / count
+
+
+def test_with_the_toc_read_by_the_base_model_training_fits_only_what_follows_it_and_ranking_reads_it_the_same_way():
+    from strata.toc.decode import PrefixCache
+
+    settings = TocSettings(
+        lora_r=4, lora_alpha=8, lora_dropout=0.0, learning_rate=1e-2, batch_size=3, max_steps=30, eval_every_steps=10
+    )
+    assert settings.adapt_toc is False  # the CPU default
+    trie = LabelTrie(LABELS, END)
+    model = tiny_model()
+    with torch.no_grad():
+        untrained = base_read_loss(model, TRAIN, adapter=False)
+        base_keys = model(input_ids=torch.tensor([TOC_PREFIX]), use_cache=True).past_key_values.layers[0].keys
+    tuned, report = train_adapter(model, Encoder(), "stair", TRAIN, TRAIN, {"p": trie}, settings, 1, lambda _: None)
+    with torch.no_grad():
+        prefix = PrefixCache(tuned, TOC_PREFIX, base=True)
+        # The batched loss over the cached base reading equals the loss computed example by example, and fell.
+        assert float(_loss(tuned, TRAIN, PAD, "cpu", prefix)) == pytest.approx(base_read_loss(tuned, TRAIN), rel=1e-5)
+        assert base_read_loss(tuned, TRAIN) < untrained - 0.3
+    # The ToC part of the cache is the base model's: the adapter changed nothing there.
+    assert torch.allclose(prefix.cache.layers[0].keys, base_keys, atol=1e-6)
+    # Ranking reads the ToC as training did: its R@1 is the dev check's, its scores differ from an adapted reading.
+    prompts = [e.prompt_ids for e in TRAIN]
+    greedy = rank_prompts(tuned, Encoder(), prompts, trie, 1, 1, 1, prefix)
+    assert sum(top[0][0] == e.leaf for top, e in zip(greedy, TRAIN)) / len(TRAIN) == report.best_dev_r1
+    based = rank_prompts(tuned, Encoder(), prompts, trie, 3, 3, 1, prefix)
+    adapted = rank_prompts(tuned, Encoder(), prompts, trie, 3, 3, 1)
+    assert [score for _, score in based[0]] != pytest.approx([score for _, score in adapted[0]], abs=1e-6)
+    with pytest.raises(ValueError, match="does not continue the cached ToC prefix"):
+        rank_prompts(tuned, Encoder(), [[1, 20, 30, 31]], trie, 1, 1, 1, prefix)

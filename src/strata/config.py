@@ -229,8 +229,17 @@ class TocSettings(_Section):
     expand_collapsed: int = Field(
         default=2, ge=1, description="Collapsed entries opened per step when a long ToC is shown level by level"
     )
-    questions_per_leaf: int = Field(default=4, ge=1, le=10, description="Synthetic questions generated per leaf")
-    passage_words: int = Field(default=220, ge=32, description="Words of a leaf's text shown to the question writer")
+    questions_per_leaf: int = Field(
+        default=8, ge=1, le=40, description="Synthetic questions asked for per leaf, split over its passages"
+    )
+    passages_per_leaf: int = Field(
+        default=4,
+        ge=1,
+        le=10,
+        description="Passages of a leaf's text, spread over it, that its questions are written from (fewer when "
+        "the text is short), so the questions cover the leaf rather than its opening",
+    )
+    passage_words: int = Field(default=160, ge=32, description="Words of each passage shown to the question writer")
     dev_fraction: float = Field(
         default=0.25, ge=0, lt=1, description="Share of each leaf's synthetic questions held out for early stopping"
     )
@@ -239,8 +248,23 @@ class TocSettings(_Section):
         description="Folder of generated synthetic questions (JSONL per document and model), reused across runs",
     )
     train_model: str = Field(
-        default="packaged:smollm2-135m",
-        description="Model fine-tuned with LoRA (transformers + peft): 'packaged:NAME' or a .gguf path",
+        default="packaged:qwen2.5-coder-0.5b",
+        description="Model fine-tuned with LoRA (transformers + peft): 'packaged:NAME' or a .gguf path; the default "
+        "is the default LLM, the zero-shot ToC retriever's model (packaged:smollm2-135m is the fast test fixture)",
+    )
+    adapt_toc: bool = Field(
+        default=False,
+        description="Train the adapter on the ToC tokens too, as STAIR does (about twice the CPU time per step at 16 "
+        "questions a step). Off, the base model reads the ToC (its KV cache computed once per document, without "
+        "the adapter) and the adapter acts on the question and answer; the adapter records which, and is queried "
+        "the same way",
+    )
+    fusion_candidates: int = Field(
+        default=10,
+        ge=0,
+        description="Leaves hybrid search (BM25 + dense over leaf text) proposes to a trained adapter, whose order "
+        "of them is fused with the hybrid order at the weight its dev questions chose; 0: the adapter alone over "
+        "the whole ToC, as in STAIR",
     )
     lora_r: int = Field(default=16, ge=1, description="LoRA rank")
     lora_alpha: int = Field(default=32, ge=1, description="LoRA scaling numerator (scale = alpha / r)")

@@ -400,7 +400,7 @@ class _AdapterRanker:
     generation per question to count hallucinations."""
 
     def __init__(self, settings: Settings, mode: Literal["stair", "dsi"], adapter: Path) -> None:
-        from strata.toc.adapter import load_adapter, load_base_model, resolve_device
+        from strata.toc.adapter import load_adapter, load_base_model, read_adapter_meta, resolve_device
         from strata.toc.encode import PromptEncoder
 
         device = resolve_device(settings.toc.device)
@@ -408,6 +408,7 @@ class _AdapterRanker:
             settings.toc.train_model, settings.llm.model_dir, device, settings.toc.threads
         )
         self.model: Any = load_adapter(model, adapter, identity, mode)
+        self.base_prefix = not read_adapter_meta(adapter).adapt_toc
         self.encoder = PromptEncoder(tokenizer, settings.toc)
         self.settings = settings.toc
         self.mode = mode
@@ -419,7 +420,15 @@ class _AdapterRanker:
 
         questions = [q.question for q in queries]
         ranked = rank_questions(
-            self.mode, self.model, self.encoder, toc, questions, self.settings, self.mode, free=True
+            self.mode,
+            self.model,
+            self.encoder,
+            toc,
+            questions,
+            self.settings,
+            self.mode,
+            free=True,
+            base_prefix=self.base_prefix,
         )
         self.prompt_tokens += sum(
             len(self.encoder.prompt_ids(self.encoder.prompt(self.mode, toc, question))) for question in questions

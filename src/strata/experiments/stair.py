@@ -22,7 +22,7 @@ from strata.toc.adapter import load_base_model, save_adapter
 from strata.toc.decode import CausalLM, generate_texts, rank_questions
 from strata.toc.encode import Mode, PromptEncoder
 from strata.toc.model import DocumentToc, LeafRanking, TrainingQuestion
-from strata.toc.synthetic import clean_questions, parse_questions, question_prompt, split_questions
+from strata.toc.synthetic import clean_questions, parse_questions, question_prompts, split_questions
 from strata.toc.trie import LabelTrie
 from strata.train.toc_lora import DEV_LIMIT, Log, TrainReport, adapter_meta, train_adapter, training_examples
 
@@ -156,7 +156,7 @@ def _mode_stage(
         runs.train.append(report)
         if adapter_dir is not None:
             save_adapter(peft_model, adapter_dir / mode, adapter_meta(mode, runs.model, tocs, job.settings))
-        runs.runs.append(_run(mode, peft_model, encoder, job, mode, free=True))
+        runs.runs.append(_run(mode, peft_model, encoder, job, mode, free=True, base_prefix=not job.settings.adapt_toc))
     finally:
         peft_model.unload()  # removes the LoRA layers from `model` in place
 
@@ -166,19 +166,23 @@ def _missing_questions(model: CausalLM, encoder: PromptEncoder, book: BookJob, j
     if not leaves:
         return {}
     start = encoder.text_ids(QUESTIONS_ANSWER_START)
-    prompts = [question_prompt(book.toc, leaf, job.settings) for leaf in leaves]
-    texts = generate_texts(
-        model,
-        encoder,
-        [encoder.prompt_ids(prompt) + start for prompt in prompts],
-        job.inference_batch * 4,
-        QUESTION_TOKENS_EACH * job.settings.questions_per_leaf,
+    prompts = {leaf.number: question_prompts(book.toc, leaf, job.settings) for leaf in leaves}
+    flat = [prompt for leaf in leaves for prompt in prompts[leaf.number]]
+    each = -(-job.settings.questions_per_leaf // job.settings.passages_per_leaf)
+    texts = iter(
+        generate_texts(
+            model,
+            encoder,
+            [encoder.prompt_ids(prompt) + start for prompt in flat],
+            job.inference_batch * 4,
+            QUESTION_TOKENS_EACH * each,
+        )
     )
     found = {}
-    for leaf, prompt, text in zip(leaves, prompts, texts):
-        questions = clean_questions(parse_questions(QUESTIONS_ANSWER_START + text))
+    for leaf in leaves:
+        asked = [q for _ in prompts[leaf.number] for q in parse_questions(QUESTIONS_ANSWER_START + next(texts))]
         # Small models copy the prompt's worked example; such a question is not about the leaf.
-        found[leaf.number] = [question for question in questions if question not in prompt.system]
+        found[leaf.number] = [q for q in clean_questions(asked) if q not in flat[0].system]
     return found
 
 
@@ -190,13 +194,24 @@ def _run(
     prompt: Mode,
     free: bool,
     only_free: bool = False,
+    base_prefix: bool = False,
 ) -> MethodRun:
     run_started = time.perf_counter()
     rankings: dict[str, LeafRanking] = {}
     for book in job.books:
         questions = [query.question for query in book.queries]
         ranked = rank_questions(
-            method, model, encoder, book.toc, questions, job.settings, prompt, free, job.inference_batch, only_free
+            method,
+            model,
+            encoder,
+            book.toc,
+            questions,
+            job.settings,
+            prompt,
+            free,
+            job.inference_batch,
+            only_free,
+            base_prefix,
         )
         rankings.update(zip((query.query_id for query in book.queries), ranked))
     return MethodRun(method=method, rankings=rankings, seconds=time.perf_counter() - run_started)

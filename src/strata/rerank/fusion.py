@@ -19,14 +19,21 @@ from strata.rerank.rerankers import reordered
 WEIGHTS: tuple[float, ...] = tuple(step / 10 for step in range(11))  # the grid a validation split chooses from
 
 
-def fuse(first: Ranking, reranked: Ranking, weight: float, k: int = 60) -> list[str]:
-    """Paper ids of `first`, ordered by (1 - weight) / (k + first-stage rank) + weight / (k + reranked rank);
-    ties keep the first-stage order. A paper the reranker did not place counts at the reranker's last rank + 1."""
-    reranked_rank = {paper_id: rank for rank, paper_id in enumerate(reranked.paper_ids, start=1)}
+Order = Ranking | Sequence[str]  # a paper ranking, or any ids best first (ToC leaves)
+
+
+def _ids(order: Order) -> Sequence[str]:
+    return order.paper_ids if isinstance(order, Ranking) else order
+
+
+def fuse(first: Order, reranked: Order, weight: float, k: int = 60) -> list[str]:
+    """Ids of `first`, ordered by (1 - weight) / (k + first-stage rank) + weight / (k + reranked rank); ties keep
+    the first-stage order. An id the reranker did not place counts at the reranker's last rank + 1."""
+    reranked_rank = {paper_id: rank for rank, paper_id in enumerate(_ids(reranked), start=1)}
     missing = len(reranked_rank) + 1
     scored = [
         ((1 - weight) / (k + rank) + weight / (k + reranked_rank.get(paper_id, missing)), -rank, paper_id)
-        for rank, paper_id in enumerate(first.paper_ids, start=1)
+        for rank, paper_id in enumerate(_ids(first), start=1)
     ]
     return [paper_id for _, _, paper_id in sorted(scored, reverse=True)]
 
@@ -63,8 +70,8 @@ class FusionChoice(BaseModel):
 
 
 def choose_weight(
-    first: Mapping[str, Ranking],
-    reranked: Mapping[str, Ranking],
+    first: Mapping[str, Order],
+    reranked: Mapping[str, Order],
     score: Callable[[Mapping[str, list[str]]], float],
     metric: str,
     weights: Sequence[float] = WEIGHTS,

@@ -10,12 +10,14 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, Field
 
 from strata.llm.packaged import resolve_model
+from strata.rerank.fusion import FusionChoice
 from strata.toc.encode import Mode
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 ADAPTER_META = "strata_toc_adapter.json"
+ANSWER_FORMAT = "title (number)"  # TocEntry.answer
 
 
 class AdapterMeta(BaseModel):
@@ -24,6 +26,18 @@ class AdapterMeta(BaseModel):
     paper_ids: list[str]
     lora_r: int
     lora_alpha: int
+    adapt_toc: bool = Field(
+        default=True,
+        description="Trained on the ToC tokens too; False: the base model reads the ToC (toc.adapt_toc)",
+    )
+    fusion: FusionChoice | None = Field(
+        default=None, description="The weight of the adapter's order in the fused retriever, chosen on dev questions"
+    )
+    answer_format: str = Field(
+        default="number title",
+        description="How the adapter writes a leaf (TocEntry.answer); adapters saved before it was recorded wrote "
+        "the number first",
+    )
 
 
 def resolve_device(setting: str) -> str:
@@ -82,17 +96,26 @@ def save_adapter(peft_model: Any, folder: Path, meta: AdapterMeta) -> None:
     (folder / ADAPTER_META).write_text(meta.model_dump_json(indent=2))
 
 
+def read_adapter_meta(folder: Path) -> AdapterMeta:
+    meta_path = folder / ADAPTER_META
+    if not meta_path.is_file():
+        raise FileNotFoundError(f"{folder} holds no ToC adapter ({ADAPTER_META} missing)")
+    return AdapterMeta.model_validate(json.loads(meta_path.read_text()))
+
+
 def load_adapter(model: PreTrainedModel, folder: Path, base_identity: str, mode: Mode | None = None) -> Any:
     """The base model with a saved adapter; refuses an adapter trained on other base weights (or in another mode
     than `mode`, when given)."""
     from peft import PeftModel
 
-    meta_path = folder / ADAPTER_META
-    if not meta_path.is_file():
-        raise FileNotFoundError(f"{folder} holds no ToC adapter ({ADAPTER_META} missing)")
-    meta = AdapterMeta.model_validate(json.loads(meta_path.read_text()))
+    meta = read_adapter_meta(folder)
     if meta.base_model != base_identity:
         raise ValueError(f"{folder}: adapter was trained on {meta.base_model}, not on {base_identity}")
+    if meta.answer_format != ANSWER_FORMAT:
+        raise ValueError(
+            f"{folder}: the adapter answers as '{meta.answer_format}', not as '{ANSWER_FORMAT}'; train it again "
+            "(strata train-toc)"
+        )
     if mode is not None and meta.mode != mode:
         raise ValueError(f"{folder}: a {meta.mode} adapter, not a {mode} one")
     peft_model = PeftModel.from_pretrained(model, str(folder))

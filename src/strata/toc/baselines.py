@@ -3,6 +3,7 @@
 BM25 uses the corpus index's analyser and field combination (Strata's English chain; leaf text and leaf path
 scored like BEIR's multi-field baseline) on an in-memory tantivy index. Dense scores a leaf by its best chunk
 (MaxP), each chunk embedded after its leaf's path, as the corpus index prefixes chunks with their paper's title.
+Hybrid fuses the two by reciprocal rank fusion, as the corpus search does.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from tantivy import Occur, Query
 from strata.config import EmbeddingSettings
 from strata.index.bm25 import ANALYZER, FIELDS, TITLE_TIE_BREAKER, english_analyzer
 from strata.encoders.embedder import Embedder
+from strata.retrieve.fusion import reciprocal_rank_fusion
 from strata.toc.model import DocumentToc, LeafRanking, TocEntry
 
 PATH_SEPARATOR = " > "
@@ -95,3 +97,24 @@ class LeafDense:
         np.maximum.at(best, self.owners, similarity)
         order = sorted(range(len(self.leaves)), key=lambda i: (-best[i], i))[:k]
         return _ranking(query, "dense", [(self.leaves[i], float(best[i])) for i in order], started)
+
+
+class LeafHybrid:
+    """BM25 and dense over every leaf, fused by reciprocal rank fusion (`k` as the corpus search's rrf_k)."""
+
+    def __init__(self, bm25: LeafBM25, dense: LeafDense, k: int = 60) -> None:
+        self.bm25, self.dense, self.k = bm25, dense, k
+        self.by_number = {leaf.number: leaf for leaf in bm25.leaves}
+
+    @classmethod
+    def over(
+        cls, toc: DocumentToc, settings: EmbeddingSettings, embedder: Embedder | None = None, k: int = 60
+    ) -> LeafHybrid:
+        return cls(LeafBM25(toc), LeafDense(toc, settings, embedder), k)
+
+    def rank(self, query: str, k: int) -> LeafRanking:
+        started = time.perf_counter()
+        every = len(self.by_number)
+        sides = [[leaf.number for leaf in side.rank(query, every).leaves] for side in (self.bm25, self.dense)]
+        fused = reciprocal_rank_fusion(sides, self.k)[:k]
+        return _ranking(query, "hybrid", [(self.by_number[number], score) for number, score in fused], started)

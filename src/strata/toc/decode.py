@@ -11,11 +11,11 @@ from __future__ import annotations
 import copy
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any, Protocol
 
 from strata.config import TocSettings
-from strata.toc.encode import Mode, PromptEncoder
+from strata.toc.encode import Mode, PromptEncoder, shared_prefix_length
 from strata.toc.model import DocumentToc, LeafRanking
 from strata.toc.retriever import match_generation
 from strata.toc.trie import LabelTrie
@@ -76,8 +76,13 @@ def rank_prompts(
     k: int,
     beam_width: int,
     batch_size: int,
+    prefix: PrefixCache | None = None,
 ) -> list[list[tuple[str, float]]]:
-    """Top-k leaf numbers with constrained log-probabilities for each prompt (beam search through the trie)."""
+    """Top-k leaf numbers with constrained log-probabilities for each prompt (beam search through the trie).
+
+    `prefix`: the cached beginning every prompt continues, read one prompt at a time; for an adapter trained on a
+    ToC the base model reads (`toc.adapt_toc` off) it must be that reading (`PrefixCache(..., base=True)`).
+    Without it, one prompt at a time shares whatever beginning the prompts have in common."""
     from transformers import GenerationConfig
 
     by_tokens = {tokens[:-1]: key for key, tokens in trie.sequences.items()}  # labels without the end token
@@ -99,7 +104,7 @@ def rank_prompts(
         **beam_options,
     )
     results: list[list[tuple[str, float]]] = []
-    for batch, output, prompt_length in _generate(model, encoder, prompts, batch_size, config, trie):
+    for batch, output, prompt_length in _generate(model, encoder, prompts, batch_size, config, trie, prefix):
         generated = output.sequences[:, prompt_length:].tolist()
         scores = output.sequences_scores.tolist() if beams > 1 else [0.0] * len(generated)
         for row in range(len(batch)):
@@ -113,9 +118,14 @@ def rank_prompts(
 
 
 def generate_texts(
-    model: CausalLM, encoder: PromptEncoder, prompts: Sequence[list[int]], batch_size: int, max_new_tokens: int
+    model: CausalLM,
+    encoder: PromptEncoder,
+    prompts: Sequence[list[int]],
+    batch_size: int,
+    max_new_tokens: int,
+    prefix: PrefixCache | None = None,
 ) -> list[str]:
-    """Greedy free generation (nothing constrains the answer)."""
+    """Greedy free generation (nothing constrains the answer); `prefix` as in `rank_prompts`."""
     from transformers import GenerationConfig
 
     config = GenerationConfig(
@@ -126,7 +136,7 @@ def generate_texts(
         return_dict_in_generate=True,
     )
     texts: list[str] = []
-    for _, output, prompt_length in _generate(model, encoder, prompts, batch_size, config, None):
+    for _, output, prompt_length in _generate(model, encoder, prompts, batch_size, config, None, prefix):
         for row in output.sequences[:, prompt_length:].tolist():
             text = encoder.tokenizer.decode(list(_until_end(row, encoder.end_token)), skip_special_tokens=True)
             assert isinstance(text, str)  # one sequence decodes to one string
@@ -141,36 +151,70 @@ def _generate(
     batch_size: int,
     config: Any,
     trie: LabelTrie | None,
+    prefix: PrefixCache | None,
 ) -> Iterator[tuple[Sequence[list[int]], Any, int]]:
     """(batch, generate() output, prompt length) per batch of left-padded prompts, trie-constrained when given.
 
-    One prompt at a time (the CPU path), the prompts' shared beginning (instructions and ToC) is run once and its
-    KV cache copied for each prompt, as the llama.cpp path keeps the ToC in its cache: only each question's tokens
-    are read again. generate() does not spread a given cache over its beams, so the copy is repeated per beam.
+    One prompt at a time (the CPU path, and always with a given `prefix`), the prompts' shared beginning
+    (instructions and ToC) is run once and its KV cache copied for each prompt, as the llama.cpp path keeps the ToC
+    in its cache: only each question's tokens are read again. generate() does not spread a given cache over its
+    beams, so the copy is repeated per beam.
     """
     import torch
     from transformers import LogitsProcessorList
 
     device = model.device.type
-    shared = shared_prefix_length(prompts) if batch_size == 1 and len(prompts) > 1 else 0
-    prefix_cache = None
-    if shared >= MIN_SHARED_PREFIX:
-        with torch.no_grad(), autocast(device):
-            prefix = torch.tensor([prompts[0][:shared]], device=device)
-            prefix_cache = model(input_ids=prefix, use_cache=True, logits_to_keep=1).past_key_values
+    if prefix is not None:
+        for prompt in prompts:
+            prefix.check(prompt)
+    else:
+        prefix = _shared_prefix_cache(model, prompts, batch_size)
+    if prefix is not None:
+        batch_size = 1
     for start in range(0, len(prompts), batch_size):
         batch = prompts[start : start + batch_size]
         ids, mask, _ = _left_padded(batch, encoder.tokenizer.pad_token_id, device)
         extra: dict[str, Any] = {}
         if trie is not None:
             extra["logits_processor"] = LogitsProcessorList([_trie_processor(trie, ids.shape[1])])
-        if prefix_cache is not None:
-            cache = copy.deepcopy(prefix_cache)
-            cache.batch_repeat_interleave(config.num_beams or 1)
-            extra["past_key_values"] = cache
+        if prefix is not None:
+            extra["past_key_values"] = prefix.copy(config.num_beams or 1)
         with torch.no_grad(), autocast(device):
             output = model.generate(input_ids=ids, attention_mask=mask, generation_config=config, **extra)
         yield batch, output, ids.shape[1]
+
+
+class PrefixCache:
+    """The KV cache of a prompt beginning (instructions and ToC), computed once and copied for each use.
+
+    `base` reads the prefix with the adapter disabled: the ToC an adapter trained with `toc.adapt_toc` off saw.
+    """
+
+    def __init__(self, model: CausalLM, ids: Sequence[int], base: bool) -> None:
+        import torch
+
+        self.ids = list(ids)
+        device = model.device.type
+        peft_model: Any = model  # only a peft model can disable its adapter, and `base` asks it to
+        without_adapter = peft_model.disable_adapter() if base else nullcontext()
+        with torch.no_grad(), autocast(device), without_adapter:
+            prefix = torch.tensor([self.ids], dtype=torch.long, device=device)
+            self.cache = model(input_ids=prefix, use_cache=True, logits_to_keep=1).past_key_values
+
+    def copy(self, repeats: int) -> Any:
+        cache = copy.deepcopy(self.cache)
+        if repeats > 1:
+            cache.batch_repeat_interleave(repeats)
+        return cache
+
+    def check(self, prompt: Sequence[int]) -> None:
+        if list(prompt[: len(self.ids)]) != self.ids or len(prompt) <= len(self.ids):
+            raise ValueError("a prompt does not continue the cached ToC prefix (its ToC or instructions differ)")
+
+
+def _shared_prefix_cache(model: CausalLM, prompts: Sequence[list[int]], batch_size: int) -> PrefixCache | None:
+    shared = shared_prefix_length(prompts) if batch_size == 1 and len(prompts) > 1 else 0
+    return PrefixCache(model, prompts[0][:shared], base=False) if shared >= MIN_SHARED_PREFIX else None
 
 
 def _until_end(tokens: Sequence[int], end_token: int) -> tuple[int, ...]:
@@ -189,15 +233,6 @@ def autocast(device: str) -> Iterator[None]:
         yield
 
 
-def shared_prefix_length(sequences: Sequence[Sequence[int]]) -> int:
-    """Tokens all sequences begin with, keeping at least one token of each outside the prefix."""
-    shortest = min(len(sequence) for sequence in sequences) - 1
-    length = 0
-    while length < shortest and all(sequence[length] == sequences[0][length] for sequence in sequences):
-        length += 1
-    return length
-
-
 def rank_questions(
     method: str,
     model: Any,
@@ -209,21 +244,23 @@ def rank_questions(
     free: bool,
     batch: int = 1,
     only_free: bool = False,
+    base_prefix: bool = False,
 ) -> list[LeafRanking]:
     """Rank questions about one document on `prompt`'s input: trie-constrained beam search, plus free generation
     when `free` (to measure hallucination); with `only_free` the free answer is the ranking (the unconstrained
-    baseline)."""
+    baseline). `base_prefix`: the adapter was trained on a ToC the base model reads (`toc.adapt_toc` off)."""
     prompts = [encoder.prompt_ids(encoder.prompt(prompt, toc, question)) for question in questions]
+    prefix = PrefixCache(model, encoder.query_prefix(prompt, toc), base=True) if base_prefix else None
     trie = encoder.trie(toc)
     started = time.perf_counter()
     ranked: Sequence[list[tuple[str, float]]] = (
         [[] for _ in questions]
         if only_free
-        else rank_prompts(model, encoder, prompts, trie, settings.top_k, settings.beam_width, batch)
+        else rank_prompts(model, encoder, prompts, trie, settings.top_k, settings.beam_width, batch, prefix)
     )
     # Room for the longest label and some more: enough to tell a leaf from a made-up or run-on answer.
     room = max(len(tokens) for tokens in trie.sequences.values()) + FREE_EXTRA_TOKENS
-    texts = generate_texts(model, encoder, prompts, batch, room) if free else None
+    texts = generate_texts(model, encoder, prompts, batch, room, prefix) if free else None
     each = (time.perf_counter() - started) / max(len(questions), 1)
     rankings: list[LeafRanking] = []
     for index, question in enumerate(questions):

@@ -3,6 +3,7 @@ ToC + query -> leaf; DSI: query -> leaf), and the trie of a document's leaf labe
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, Field
@@ -18,6 +19,7 @@ if TYPE_CHECKING:
 
 Mode = Literal["stair", "dsi"]
 PROMPTS: dict[Mode, str] = {"stair": "toc_select", "dsi": "toc_dsi"}
+QUERY_MARK = "\ue000"  # a private-use character standing for the question, to find where it starts
 
 
 def check_toc_fits(paper_id: str, toc_tokens: int, settings: TocSettings) -> None:
@@ -45,6 +47,7 @@ class Example(BaseModel):
     leaf: str
     prompt_ids: list[int]
     answer_ids: list[int] = Field(description="Label tokens followed by the end token")
+    query_start: int = Field(description="Tokens before the question: the prompt's part shared by the document")
 
 
 class PromptEncoder:
@@ -56,6 +59,7 @@ class PromptEncoder:
         self.registry = toc_prompts()
         self.end_token = int(tokenizer.eos_token_id)
         self._toc_text: dict[str, str] = {}
+        self._prefixes: dict[tuple[Mode, str], list[int]] = {}
 
     def prompt(self, mode: Mode, toc: DocumentToc, query: str) -> Prompt:
         book = toc.title or toc.paper_id
@@ -71,16 +75,30 @@ class PromptEncoder:
             self._toc_text[toc.paper_id] = text
         return self._toc_text[toc.paper_id]
 
-    def prompt_ids(self, prompt: Prompt) -> list[int]:
+    def query_prefix(self, mode: Mode, toc: DocumentToc) -> list[int]:
+        """The token ids every `mode` prompt on `toc` begins with: all before the question (instructions, book and,
+        for STAIR, the ToC). The chat text is cut where the question starts, before the space that tokenizers
+        join to the question's first word, so every prompt's ids continue these."""
+        key = (mode, toc.paper_id)
+        if key not in self._prefixes:
+            text = self.chat_text(self.prompt(mode, toc, QUERY_MARK))
+            self._prefixes[key] = self.text_ids(text[: text.index(QUERY_MARK)].rstrip(" "))
+        return self._prefixes[key]
+
+    def chat_text(self, prompt: Prompt) -> str:
         messages = [{"role": "system", "content": prompt.system}, {"role": "user", "content": prompt.user}]
         text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-        return list(self.tokenizer(text, add_special_tokens=False).input_ids)
+        assert isinstance(text, str)  # tokenize=False renders the text
+        return text
+
+    def prompt_ids(self, prompt: Prompt) -> list[int]:
+        return self.text_ids(self.chat_text(prompt))
 
     def text_ids(self, text: str) -> list[int]:
         return list(self.tokenizer(text, add_special_tokens=False).input_ids)
 
     def answer_ids(self, entry: TocEntry) -> list[int]:
-        return [*self.text_ids(entry.label), self.end_token]
+        return [*self.text_ids(entry.answer), self.end_token]
 
     def example(self, mode: Mode, toc: DocumentToc, leaf: TocEntry, query: str) -> Example:
         return Example(
@@ -88,8 +106,18 @@ class PromptEncoder:
             leaf=leaf.number,
             prompt_ids=self.prompt_ids(self.prompt(mode, toc, query)),
             answer_ids=self.answer_ids(leaf),
+            query_start=len(self.query_prefix(mode, toc)),
         )
 
     def trie(self, toc: DocumentToc) -> LabelTrie:
         leaves = toc.leaves()
         return LabelTrie({leaf.number: self.answer_ids(leaf)[:-1] for leaf in leaves}, self.end_token)
+
+
+def shared_prefix_length(sequences: Sequence[Sequence[int]]) -> int:
+    """Tokens all sequences begin with, keeping at least one token of each outside the prefix."""
+    shortest = min(len(sequence) for sequence in sequences) - 1
+    length = 0
+    while length < shortest and all(sequence[length] == sequences[0][length] for sequence in sequences):
+        length += 1
+    return length

@@ -34,6 +34,13 @@ class TocEntry(BaseModel):
         """What a ToC retriever answers for this entry: number and title, as in the STAIR paper."""
         return f"{self.number} {self.title}"
 
+    @property
+    def answer(self) -> str:
+        """What a trained ToC adapter answers for this entry: the title, then the number that keeps it unique. The
+        title comes first so the choice is made on the words the ToC and the question share; with the number first,
+        the digits decide and the title is forced."""
+        return f"{self.title} ({self.number})"
+
     def is_under(self, ancestor: TocEntry) -> bool:
         return self.number == ancestor.number or self.number.startswith(ancestor.number + ".")
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from contextlib import ExitStack
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, Field
 
@@ -17,6 +18,9 @@ from strata.config import Settings
 from strata.documents.model import Locator, Paper
 from strata.llm import LLMClient, make_client
 from strata.store.protocol import PaperStore
+from strata.toc.baselines import LeafHybrid
+from strata.toc.encode import PromptEncoder
+from strata.toc.fused import AdapterOrder, FusedTocRetriever
 from strata.toc.induce import induce_toc, needs_induction
 from strata.toc.model import DocumentToc, LeafRanking, ScoredLeaf
 from strata.toc.retriever import TocRetriever, toc_llm_settings
@@ -41,7 +45,8 @@ class TocAnswer(BaseModel):
     title: str
     question: str
     method: str = Field(
-        description="'stair-adapter', 'zero-shot', or 'only-leaf' (a ToC of one leaf, answered without a model)"
+        description="'stair-fused' (the adapter fused with hybrid search), 'stair-adapter', 'zero-shot', or "
+        "'only-leaf' (a ToC of one leaf, answered without a model)"
     )
     induced: bool = Field(description="The ToC was induced (the document has no outline of its own)")
     hits: list[TocHit]
@@ -80,7 +85,8 @@ def answer_from_toc(settings: Settings, paper: Paper, question: str, k: int | No
             ranking = LeafRanking(query=question, method=ONLY_LEAF, leaves=[leaves[0].scored(0.0)])
             method = ONLY_LEAF
         elif use_adapter:
-            ranking, method = _adapter_ranking(settings, folder, toc, question, k), "stair-adapter"
+            ranking = _adapter_ranking(settings, folder, toc, question, k)
+            method = ranking.method
         else:
             ranking, method = TocRetriever(client or llm(), settings.toc).rank(toc, question, k), "zero-shot"
     hits = [_hit(paper, toc, rank, leaf) for rank, leaf in enumerate(ranking.leaves, start=1)]
@@ -118,8 +124,10 @@ def toc_for(paper: Paper, settings: Settings, client: LLMClient | None) -> tuple
 
 
 def _adapter_ranking(settings: Settings, folder: Path, toc: DocumentToc, question: str, k: int) -> LeafRanking:
-    from strata.toc.adapter import load_adapter, load_base_model, resolve_device
-    from strata.toc.decode import rank_prompts
+    """The adapter's answer: fused with hybrid search when it was trained with a fusion weight (and
+    toc.fusion_candidates is not 0), else its constrained decoding over the whole ToC."""
+    from strata.toc.adapter import load_adapter, load_base_model, read_adapter_meta, resolve_device
+    from strata.toc.decode import PrefixCache, rank_prompts
     from strata.toc.encode import PromptEncoder
 
     started = time.perf_counter()
@@ -128,11 +136,25 @@ def _adapter_ranking(settings: Settings, folder: Path, toc: DocumentToc, questio
         settings.toc.train_model, settings.llm.model_dir, device, settings.toc.threads
     )
     tuned = load_adapter(model, folder, identity)
+    meta = read_adapter_meta(folder)
     encoder = PromptEncoder(tokenizer, settings.toc)
+    if meta.fusion is not None and settings.toc.fusion_candidates > 0:
+        retriever = fused_retriever(settings, toc, tuned, encoder, meta.adapt_toc, meta.fusion.weight)
+        return retriever.rank(question, k).model_copy(update={"seconds": time.perf_counter() - started})
     prompt = encoder.prompt_ids(encoder.prompt("stair", toc, question))
-    (ranked,) = rank_prompts(tuned, encoder, [prompt], encoder.trie(toc), k, settings.toc.beam_width, 1)
+    prefix = None if meta.adapt_toc else PrefixCache(tuned, encoder.query_prefix("stair", toc), base=True)
+    (ranked,) = rank_prompts(tuned, encoder, [prompt], encoder.trie(toc), k, settings.toc.beam_width, 1, prefix)
     leaves = [toc.entry(number).scored(score) for number, score in ranked]
     return LeafRanking(query=question, method="stair-adapter", leaves=leaves, seconds=time.perf_counter() - started)
+
+
+def fused_retriever(
+    settings: Settings, toc: DocumentToc, model: Any, encoder: PromptEncoder, adapt_toc: bool, weight: float
+) -> FusedTocRetriever:
+    """The fused ToC retriever of a trained STAIR adapter on `toc` (`strata.toc.fused`)."""
+    hybrid = LeafHybrid.over(toc, settings.index.embedding, k=settings.search.rrf_k)
+    adapter = AdapterOrder(model, encoder, toc, "stair", adapt_toc)
+    return FusedTocRetriever(hybrid, adapter, settings.toc.fusion_candidates, weight, settings.search.rrf_k)
 
 
 def _hit(paper: Paper, toc: DocumentToc, rank: int, leaf: ScoredLeaf) -> TocHit:

@@ -130,13 +130,14 @@ class TocRetriever:
 
 
 def match_generation(toc: DocumentToc, text: str) -> TocEntry | None:
-    """The leaf a free-text answer names: its first line equals a leaf's label or number (case and spacing aside),
-    or exactly one leaf's title. Anything else, inner entries included, names no leaf (STAIR's hallucination)."""
+    """The leaf a free-text answer names: its first line equals a leaf's label, its adapter answer or its number
+    (case and spacing aside), or exactly one leaf's title. Anything else, inner entries included, names no leaf
+    (STAIR's hallucination)."""
     line = next((line.strip() for line in text.splitlines() if line.strip()), "")
     line = _normalise(line.removeprefix(LEAF_MARK + " ").removeprefix(LEAF_MARK.capitalize() + " "))
     leaves = toc.leaves()
     for leaf in leaves:
-        if line in (_normalise(leaf.label), leaf.number):
+        if line in (_normalise(leaf.label), _normalise(leaf.answer), leaf.number):
             return leaf
     titled = [leaf for leaf in leaves if _normalise(leaf.title) == line]
     return titled[0] if len(titled) == 1 else None

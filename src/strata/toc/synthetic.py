@@ -1,6 +1,7 @@
-"""Synthetic training questions (the STAIR recipe): an LLM writes questions from each leaf's text.
+"""Synthetic training questions (the STAIR recipe): an LLM writes questions from passages spread over each leaf's
+text, shown without the leaf's title or path (so the questions do not echo the ToC entry they are trained to find).
 
-Questions are cached on disk per document and generating model, keyed by the leaf's path and a hash of the prompt,
+Questions are cached on disk per document and generating model, keyed by the leaf's path and a hash of the prompts,
 so a run only asks about leaves it has not seen (also when the ToC is renumbered, e.g. for a chapter subset). The
 train/dev split is made per leaf and is deterministic: a leaf's questions are ordered by a seeded hash and the first
 share goes to dev. Real test questions are never used here.
@@ -18,9 +19,12 @@ from pydantic import BaseModel
 from strata.config import TocSettings
 from strata.llm import LLMClient, Prompt, PromptRegistry
 from strata.llm.structured import StructuredOutputError, parse_structured
+from strata.progress import Progress, tell
 from strata.toc.model import DocumentToc, SyntheticQuestions, TocEntry, TrainingQuestion, toc_prompts
 
 QUESTIONS_PROMPT = "toc_questions"
+NEAR_DUPLICATE = 0.8  # word-set Jaccard at which a question repeats an earlier one (small models reword little)
+_WORD = re.compile(r"\w+")
 _QUOTED_QUESTION = re.compile(r'"([^"\n]{8,}\?)"')
 
 
@@ -30,22 +34,30 @@ class CachedQuestions(BaseModel):
     questions: list[str]
 
 
-def leaf_passage(toc: DocumentToc, leaf: TocEntry, words: int) -> str:
-    """The first `words` words of the leaf's text (the title alone when it has none)."""
+def leaf_passages(toc: DocumentToc, leaf: TocEntry, words: int, count: int) -> list[str]:
+    """Up to `count` windows of `words` words spread evenly over the leaf's text, first and last included (one when
+    the text is that short; the title alone when the leaf has no text)."""
     tokens = toc.leaf_text(leaf.number).split()
-    return " ".join(tokens[:words]) or leaf.title
+    if not tokens:
+        return [leaf.title]
+    count = max(1, min(count, -(-len(tokens) // words)))
+    room = max(len(tokens) - words, 0)
+    starts = sorted({round(index * room / (count - 1)) for index in range(count)}) if count > 1 else [0]
+    return [" ".join(tokens[start : start + words]) for start in starts]
 
 
-def question_prompt(
+def question_prompts(
     toc: DocumentToc, leaf: TocEntry, settings: TocSettings, registry: PromptRegistry | None = None
-) -> Prompt:
-    return (registry or toc_prompts()).render(
-        QUESTIONS_PROMPT,
-        book=toc.title or toc.paper_id,
-        section=" > ".join(leaf.path),
-        count=str(settings.questions_per_leaf),
-        passage=leaf_passage(toc, leaf, settings.passage_words),
-    )
+) -> list[Prompt]:
+    """One prompt per passage of the leaf, together asking for `questions_per_leaf` questions."""
+    passages = leaf_passages(toc, leaf, settings.passage_words, settings.passages_per_leaf)
+    each = -(-settings.questions_per_leaf // len(passages))
+    return [
+        (registry or toc_prompts()).render(
+            QUESTIONS_PROMPT, book=toc.title or toc.paper_id, count=str(each), passage=passage
+        )
+        for passage in passages
+    ]
 
 
 def parse_questions(text: str) -> list[str]:
@@ -85,8 +97,8 @@ class QuestionCache:
                 handle.write(entry.model_dump_json() + "\n")
 
 
-def prompt_sha(prompt: Prompt) -> str:
-    return hashlib.sha256(prompt.user.encode()).hexdigest()[:16]
+def prompt_sha(prompts: Iterable[Prompt]) -> str:
+    return hashlib.sha256("\x00".join(prompt.user for prompt in prompts).encode()).hexdigest()[:16]
 
 
 def cached_questions(
@@ -97,37 +109,49 @@ def cached_questions(
     found: dict[str, list[str]] = {}
     for leaf in leaves:
         entry = stored.get(leaf.path)
-        if entry is not None and entry.prompt_sha == prompt_sha(question_prompt(toc, leaf, settings)):
+        if entry is not None and entry.prompt_sha == prompt_sha(question_prompts(toc, leaf, settings)):
             found[leaf.number] = entry.questions
     return found
 
 
 def generate_questions(
-    client: LLMClient, toc: DocumentToc, leaves: Iterable[TocEntry], settings: TocSettings, cache: QuestionCache
+    client: LLMClient,
+    toc: DocumentToc,
+    leaves: Iterable[TocEntry],
+    settings: TocSettings,
+    cache: QuestionCache,
+    progress: Progress | None = None,
 ) -> dict[str, list[str]]:
-    """Questions for each leaf, from the cache or asked of `client` (each answer cached as it arrives)."""
+    """Questions for each leaf, from the cache or asked of `client` passage by passage (each leaf's cached as soon
+    as its passages are answered, so an interrupted run resumes with the next leaf)."""
     leaves = list(leaves)
     found = cached_questions(toc, leaves, settings, cache)
-    for leaf in leaves:
-        if leaf.number in found:
-            continue
-        prompt = question_prompt(toc, leaf, settings)
-        answer = client.complete(prompt, SyntheticQuestions)
-        found[leaf.number] = clean_questions(answer.questions)
-        cache.add([CachedQuestions(path=leaf.path, prompt_sha=prompt_sha(prompt), questions=found[leaf.number])])
+    for done, leaf in enumerate(leaves, start=1):
+        if leaf.number not in found:
+            prompts = question_prompts(toc, leaf, settings)
+            asked = [q for prompt in prompts for q in client.complete(prompt, SyntheticQuestions).questions]
+            found[leaf.number] = clean_questions(asked)
+            cache.add([CachedQuestions(path=leaf.path, prompt_sha=prompt_sha(prompts), questions=found[leaf.number])])
+        tell(progress, "synthetic questions", done, len(leaves), leaf.title)
     return found
 
 
 def clean_questions(questions: Iterable[str]) -> list[str]:
-    """Stripped, non-empty, first occurrence of each (case-insensitive)."""
-    seen: set[str] = set()
+    """Stripped and non-empty, near-duplicates dropped: a question whose word set overlaps an earlier kept one's by
+    NEAR_DUPLICATE (Jaccard) or more, exact repeats (case aside) included."""
     kept: list[str] = []
+    word_sets: list[set[str]] = []
     for question in questions:
         text = " ".join(question.split())
-        if text and text.casefold() not in seen:
-            seen.add(text.casefold())
+        words = set(_WORD.findall(text.casefold()))
+        if text and not any(_jaccard(words, earlier) >= NEAR_DUPLICATE for earlier in word_sets):
             kept.append(text)
+            word_sets.append(words)
     return kept
+
+
+def _jaccard(first: set[str], second: set[str]) -> float:
+    return len(first & second) / len(first | second) if first or second else 1.0
 
 
 def split_questions(questions: Mapping[str, list[str]], dev_fraction: float, seed: int) -> list[TrainingQuestion]:

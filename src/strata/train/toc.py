@@ -12,9 +12,10 @@ from strata.llm import LLMClient, make_client
 from strata.store import open_store
 from strata.toc.adapter import load_base_model, load_base_tokenizer, resolve_device, save_adapter
 from strata.toc.encode import PromptEncoder
+from strata.toc.fused import choose_fusion_weight
 from strata.toc.induce import needs_induction
 from strata.toc.model import DocumentToc
-from strata.toc.query import adapter_folder, resolve_document, toc_for
+from strata.toc.query import adapter_folder, fused_retriever, resolve_document, toc_for
 from strata.toc.retriever import toc_llm_settings
 from strata.toc.synthetic import QuestionCache, generate_questions, split_questions
 from strata.train.toc_lora import Log, TrainReport, adapter_meta, train_adapter, training_examples
@@ -63,8 +64,14 @@ def train_toc_adapter(
         )
     except ValueError as error:  # e.g. no questions: a failed training, exit 1
         raise RuntimeError(f"training the ToC adapter of {paper.id} failed: {error}") from error
+    meta = adapter_meta("stair", identity, [toc], settings.toc)
+    if settings.toc.fusion_candidates > 0:
+        dev_questions = [item for item in splits[toc.paper_id] if item.split == "dev"]
+        retriever = fused_retriever(settings, toc, tuned, encoder, settings.toc.adapt_toc, 0.0)
+        meta.fusion = choose_fusion_weight(retriever, dev_questions)
+        log(f"fused with hybrid search: adapter weight {meta.fusion.weight:g} (dev R@1 {meta.fusion.gain:+.3f})")
     folder = adapter_folder(settings, paper.id)
-    save_adapter(tuned, folder, adapter_meta("stair", identity, [toc], settings.toc))
+    save_adapter(tuned, folder, meta)
     return report, folder
 
 

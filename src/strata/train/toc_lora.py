@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel
 
 from strata.config import TocSettings
-from strata.toc.adapter import AdapterMeta
-from strata.toc.decode import autocast, rank_prompts, shared_prefix_length
-from strata.toc.encode import Example, Mode, PromptEncoder
+from strata.toc.adapter import ANSWER_FORMAT, AdapterMeta
+from strata.toc.decode import PrefixCache, autocast, rank_prompts
+from strata.toc.encode import Example, Mode, PromptEncoder, shared_prefix_length
 from strata.toc.model import DocumentToc, TrainingQuestion
 from strata.toc.trie import LabelTrie
 from strata.progress import Progress, tell
@@ -76,6 +76,8 @@ def adapter_meta(mode: Mode, base_identity: str, tocs: Sequence[DocumentToc], se
         paper_ids=[toc.paper_id for toc in tocs],
         lora_r=settings.lora_r,
         lora_alpha=settings.lora_alpha,
+        answer_format=ANSWER_FORMAT,
+        adapt_toc=settings.adapt_toc,
     )
 
 
@@ -147,9 +149,12 @@ def _train(
     checks: list[DevCheck] = []
     losses: list[float] = []
     step, started = 0, time.perf_counter()
+    # The base model's reading of each document's ToC: computed once, the same for every step (no gradient).
+    firsts = {} if settings.adapt_toc else {example.paper_id: example for example in reversed(train)}
+    prefixes = {paper_id: PrefixCache(peft_model, query_prefix(first), True) for paper_id, first in firsts.items()}
     for batch in _endless_batches(train, settings.batch_size, rng):
         peft_model.train()
-        loss = _loss(peft_model, batch, encoder.tokenizer.pad_token_id, device)
+        loss = _loss(peft_model, batch, encoder.tokenizer.pad_token_id, device, prefixes.get(batch[0].paper_id))
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
@@ -159,7 +164,7 @@ def _train(
         last = step >= max_steps or (budget_s is not None and time.perf_counter() - started > budget_s)
         if step % check_every == 0 or last:
             peft_model.eval()
-            r1 = dev_r1(peft_model, encoder, dev, tries, dev_batch)
+            r1 = dev_r1(peft_model, encoder, dev, tries, dev_batch, base_prefix=not settings.adapt_toc)
             checks.append(DevCheck(step=step, epoch=step / batches_per_epoch, dev_r1=r1, train_loss=_mean(losses)))
             log(f"{mode}: step {step}/{max_steps} loss {checks[-1].train_loss:.3f} dev R@1 {r1:.3f}")
             losses.clear()
@@ -238,17 +243,17 @@ def _batches(examples: Sequence[Example], size: int, rng: random.Random) -> Iter
     yield from batches
 
 
-def _loss(model: Any, batch: Sequence[Example], pad: int, device: str) -> Any:
+def _loss(model: Any, batch: Sequence[Example], pad: int, device: str, prefix: PrefixCache | None = None) -> Any:
     """Mean cross-entropy of the answer tokens.
 
     The examples of a batch share their prompt's beginning (instructions and, for STAIR, the whole ToC), so that
     prefix is run once and its KV cache repeated for every example; only the rest (question and answer) is run per
-    example, right-padded. Gradients flow through the repeated cache into the prefix.
+    example, right-padded. Gradients flow through the repeated cache into the prefix, unless the prefix is `prefix`
+    (the document's ToC as the base model reads it, computed once: `toc.adapt_toc` off).
     """
     import torch
 
-    shared = shared_prefix_length([example.prompt_ids for example in batch])
-    prefix = torch.tensor([batch[0].prompt_ids[:shared]], dtype=torch.long, device=device)
+    shared = shared_prefix_length([example.prompt_ids for example in batch]) if prefix is None else len(prefix.ids)
     suffixes = [example.prompt_ids[shared:] + example.answer_ids for example in batch]
     width = max(len(suffix) for suffix in suffixes)
     ids = torch.full((len(batch), width), pad, dtype=torch.long)
@@ -261,8 +266,14 @@ def _loss(model: Any, batch: Sequence[Example], pad: int, device: str) -> Any:
         targets[row, answer_start - 1 : len(suffix) - 1] = torch.tensor(example.answer_ids, dtype=torch.long)
     positions = torch.arange(shared, shared + width, device=device).expand(len(batch), width)
     with autocast(device):
-        cache = model(input_ids=prefix, use_cache=True, logits_to_keep=1).past_key_values
-        cache.batch_repeat_interleave(len(batch))
+        if prefix is None:
+            head = torch.tensor([batch[0].prompt_ids[:shared]], dtype=torch.long, device=device)
+            cache = model(input_ids=head, use_cache=True, logits_to_keep=1).past_key_values
+            cache.batch_repeat_interleave(len(batch))
+        else:
+            for example in batch:
+                prefix.check(example.prompt_ids)
+            cache = prefix.copy(len(batch))
         logits = model(
             input_ids=ids.to(device), attention_mask=mask.to(device), position_ids=positions, past_key_values=cache
         ).logits
@@ -271,10 +282,20 @@ def _loss(model: Any, batch: Sequence[Example], pad: int, device: str) -> Any:
     )
 
 
+def query_prefix(example: Example) -> list[int]:
+    return example.prompt_ids[: example.query_start]
+
+
 def dev_r1(
-    model: Any, encoder: PromptEncoder, dev: Sequence[Example], tries: dict[str, LabelTrie], batch: int
+    model: Any,
+    encoder: PromptEncoder,
+    dev: Sequence[Example],
+    tries: dict[str, LabelTrie],
+    batch: int,
+    base_prefix: bool = False,
 ) -> float:
-    """Share of dev questions whose greedy constrained answer is their leaf."""
+    """Share of dev questions whose greedy constrained answer is their leaf (`base_prefix`: the ToC read by the base
+    model, as the adapter was trained with `toc.adapt_toc` off)."""
     if not dev:
         return 0.0
     hits = 0
@@ -282,6 +303,7 @@ def dev_r1(
         examples = [example for example in dev if example.paper_id == paper_id]
         if not examples:
             continue
-        ranked = rank_prompts(model, encoder, [e.prompt_ids for e in examples], trie, 1, 1, batch)
+        prefix = PrefixCache(model, query_prefix(examples[0]), base=True) if base_prefix else None
+        ranked = rank_prompts(model, encoder, [e.prompt_ids for e in examples], trie, 1, 1, batch, prefix)
         hits += sum(1 for example, top in zip(examples, ranked) if top and top[0][0] == example.leaf)
     return hits / len(dev)
