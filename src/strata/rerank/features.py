@@ -1,5 +1,6 @@
-"""CoRank's compact features: extracted once per document by the LLM, cached by content hash, and cut down to
-the query-relevant "Form 4" (category, one section gist, five keywords) at query time."""
+"""CoRank's compact features: extracted once per document by the LLM (a gist of each of its parsed sections, or for
+an abstract-only paper the parts the model finds in its first words), cached by content hash, and cut down to the
+query-relevant "Form 4" (category, one section gist, five keywords) at query time."""
 
 from __future__ import annotations
 
@@ -12,10 +13,20 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from strata.config import RerankSettings, Settings
+from strata.documents.builder import SENTENCE_END
 from strata.encoders.embedder import Embedder
 from strata.llm import LLMClient, LLMError
-from strata.rerank.model import DocumentFeatures, SectionGist, rerank_prompts
-from strata.rerank.texts import PaperTexts
+from strata.rerank.model import (
+    GIST_CHARS,
+    TITLE_CHARS,
+    DocumentFeatures,
+    PaperFeatures,
+    SectionGist,
+    SectionGists,
+    rerank_prompts,
+    section_gists_schema,
+)
+from strata.rerank.texts import FeatureInput, InputSection, PaperTexts
 from strata.progress import Progress, tell
 
 FEATURES_SCHEMA = """
@@ -33,7 +44,7 @@ CREATE TABLE IF NOT EXISTS features (
 class StoredFeatures(BaseModel):
     model_config = {"arbitrary_types_allowed": True}
 
-    features: DocumentFeatures
+    features: PaperFeatures
     section_vectors: np.ndarray
     keyword_vectors: np.ndarray
 
@@ -47,7 +58,7 @@ class StoredFeatures(BaseModel):
 
     @classmethod
     def unpacked(cls, features_json: str, section_vectors: bytes, keyword_vectors: bytes) -> StoredFeatures:
-        features = DocumentFeatures.model_validate_json(features_json)
+        features = PaperFeatures.model_validate_json(features_json)
         return cls(
             features=features,
             section_vectors=_unpack(section_vectors, len(features.sections)),
@@ -184,18 +195,60 @@ class CompactFeatures:
 
 
 def extract_document_features(client: LLMClient, embedder: Embedder, document: str) -> StoredFeatures | None:
-    """One document's features with their section and keyword embeddings; None when the LLM gave no usable answer.
-    The part of extraction that needs no store, so Ray workers run it too."""
+    """One document's features (`document`: PaperTexts.document's JSON) with their section and keyword embeddings;
+    None when the LLM gave no usable answer. The part of extraction that needs no store, so Ray workers run it too."""
+    paper = FeatureInput.model_validate_json(document)
     try:
-        features = client.complete(rerank_prompts().render("features_extract", document=document))
+        features = _section_features(client, paper) if paper.sections else _first_words_features(client, paper)
     except LLMError:
         return None
-    assert isinstance(features, DocumentFeatures)
     return StoredFeatures(
         features=features,
         section_vectors=embedder.embed([section_text(section) for section in features.sections]),
         keyword_vectors=embedder.embed(features.keywords),
     )
+
+
+def _first_words_features(client: LLMClient, paper: FeatureInput) -> PaperFeatures:
+    """An abstract-only paper's features, its parts (Background, Methods, ...) named by the model."""
+    prompt = rerank_prompts().render("features_extract", document=f"Title: {paper.title}\n{paper.body}")
+    return PaperFeatures.model_validate(client.complete(prompt, DocumentFeatures).model_dump())
+
+
+def _section_features(client: LLMClient, paper: FeatureInput) -> PaperFeatures:
+    """One call per paper, listing every section by its title and first words, rather than one per section: a small
+    model reads the instructions once, and the category and keywords are drawn from all the sections."""
+    listing = "\n".join(
+        f"[{number}] {section.title}: {section.text}" for number, section in enumerate(paper.sections, start=1)
+    )
+    prompt = rerank_prompts().render("features_sections", title=paper.title, sections=listing)
+    return with_paper_sections(client.complete(prompt, section_gists_schema(len(paper.sections))), paper.sections)
+
+
+def with_paper_sections(answer: SectionGists, sections: list[InputSection]) -> PaperFeatures:
+    """The answer's gists under the paper's own section titles, matched by position: extra gists are dropped, and a
+    missing or blank one is the section's first sentence. Titles are clipped to the bound the model's own titles
+    have, which keeps Form 4 short."""
+    gists = [*answer.gists, *[""] * len(sections)]
+    return PaperFeatures(
+        category=answer.category,
+        sections=[
+            SectionGist(
+                title=_clipped(section.title, TITLE_CHARS),
+                gist=_clipped(gist.strip() or SENTENCE_END.split(section.text, maxsplit=1)[0], GIST_CHARS),
+            )
+            for section, gist in zip(sections, gists)
+        ],
+        keywords=answer.keywords,
+    )
+
+
+def _clipped(text: str, chars: int) -> str:
+    """`text` cut to at most `chars` characters, at a word end where there is one."""
+    if len(text) <= chars:
+        return text
+    cut = text[: chars + 1].rsplit(" ", 1)[0]
+    return cut if len(cut) <= chars else text[:chars]
 
 
 def _most_similar(query_vector: np.ndarray, vectors: np.ndarray, keep: int) -> list[int]:
