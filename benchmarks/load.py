@@ -4,7 +4,8 @@
 
 The server runs as its own process (`strata serve` on 127.0.0.1 and a free port), so that it and the clients do
 not share one interpreter lock (`--workers N`: serve.workers, N server processes; the load is measured once all have
-loaded). The clients run on the same machine, so they share its cores with the server (~0.15 of a core at 300 req/s).
+loaded). The clients run on the same machine, so they share its cores with the server: each run records the CPU
+milliseconds per request that each spent, and the 1-minute load average (other jobs on the machine move req/s).
 Queries are the LitQA2 questions, cycled. Bounded: the clients stop at the deadline,
 the server is stopped at the end. Writes benchmarks/results/load.json (strata.eval.results; experiments of other
 names already in the file are kept, so a `--name 'hybrid (before)'` run stays beside the current one) and prints
@@ -17,16 +18,20 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import socket
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import urlencode
 
 import httpx
 import numpy as np
+import psutil
+import uvloop
 
 from strata.eval.results import DatasetRef, Experiment, merged, new_result, repo_relative, update_result
 
@@ -177,6 +182,34 @@ def _method_of(body: bytes) -> str:
     return body[start : body.index(b'"', start)].decode()
 
 
+def cpu_seconds(process: psutil.Process, children: bool = False) -> float:
+    """CPU time (user + system) `process`, and with `children` its live child processes, have used so far."""
+    processes = [process, *(process.children(recursive=True) if children else [])]
+    return sum(sum(p.cpu_times()[:2]) for p in processes)  # user + system
+
+
+def metered(clients: Callable[[], dict], server: psutil.Process | None) -> dict:
+    """`clients()`'s outcome, with the CPU milliseconds per answered request that the server's processes and this
+    load generator spent meanwhile."""
+    me = psutil.Process()
+    server_before = cpu_seconds(server, children=True) if server else 0.0
+    client_before = cpu_seconds(me)
+    outcome = clients()
+    requests = max(outcome["requests_ok"], 1)
+    if server:
+        server_spent = cpu_seconds(server, children=True) - server_before
+        outcome["server_cpu_ms_per_request"] = round(1000 * server_spent / requests, 3)
+    outcome["client_cpu_ms_per_request"] = round(1000 * (cpu_seconds(me) - client_before) / requests, 3)
+    return outcome
+
+
+def run_load(url: str, queries: list[str], args: argparse.Namespace, server: psutil.Process | None) -> dict:
+    """The clients' outcome, metered, on uvloop (the server's loop too): on asyncio's own loop they spent ~30% more
+    CPU per request, of the cores the server shares."""
+    clients = run_clients(url, queries, args.clients, args.seconds, args.method, args.k, args.client)
+    return metered(lambda: uvloop.run(clients), server)
+
+
 def summary(latencies: list[float], errors: dict[str, int], methods: set[str], elapsed: float) -> dict:
     ms = np.array(latencies) * 1000 if latencies else np.zeros(1)
     return {
@@ -212,8 +245,7 @@ def main() -> int:
     queries = [json.loads(line)["question"] for line in QUESTIONS.read_text().splitlines() if line.strip()]
     if args.url:
         health = httpx.get(f"{args.url}/health", timeout=30).json()
-        outcome = asyncio.run(run_clients(args.url, queries, args.clients, args.seconds, args.method, args.k,
-                                          args.client))
+        outcome = run_load(args.url, queries, args, None)
     else:
         url = f"http://127.0.0.1:{free_port()}"
         server = start_server(Path(args.home), int(url.rsplit(":", 1)[1]), args.workers)
@@ -221,8 +253,7 @@ def main() -> int:
             health = wait_until_healthy(url, server)
             if args.workers > 1:  # /health answered from one worker: wait until every worker has loaded
                 wait_for_workers(server, args.workers)
-            outcome = asyncio.run(run_clients(url, queries, args.clients, args.seconds, args.method, args.k,
-                                              args.client))
+            outcome = run_load(url, queries, args, psutil.Process(server.pid))
         finally:
             server.terminate()
             server.wait(timeout=30)
@@ -230,8 +261,10 @@ def main() -> int:
     run = Experiment(
         name=args.name or args.method, method=args.method, dataset="litqa2", queries=len(queries),
         metrics={name: outcome[name] for name in ("requests_ok", "errors", "throughput_rps")},
-        cost={"elapsed_s": outcome["elapsed_s"], **{f"latency_{name}_ms": value for name, value in latency.items()}},
-        details={name: outcome[name] for name in ("error_kinds", "search_methods_served")},
+        cost={"elapsed_s": outcome["elapsed_s"], **{f"latency_{name}_ms": value for name, value in latency.items()},
+              **{name: value for name, value in outcome.items() if name.endswith("_cpu_ms_per_request")}},
+        details={**{name: outcome[name] for name in ("error_kinds", "search_methods_served")},
+                 "load_average_1m": round(os.getloadavg()[0], 2)},
     )  # fmt: skip
     result = new_result(
         "benchmarks/load.py",
@@ -246,6 +279,9 @@ def main() -> int:
     print(" ".join(f"{name:>8}" for name in header))
     print(f"{args.clients:>8} {args.seconds:>8.0f} {outcome['requests_ok']:>8} {outcome['errors']:>8} "
           f"{outcome['throughput_rps']:>8.1f} {latency['p50']:>8.1f} {latency['p95']:>8.1f} {latency['p99']:>8.1f}")
+    cpu = ", ".join(f"{name.removesuffix('_cpu_ms_per_request')} {value:.2f}" for name, value in outcome.items()
+                    if name.endswith("_cpu_ms_per_request"))
+    print(f"CPU ms per request: {cpu}; 1-minute load {os.getloadavg()[0]:.2f}")
     print(f"served: {', '.join(outcome['search_methods_served'])} over {health['corpus']['papers']} papers; "
           f"written to {args.output}")
     return 1 if outcome["errors"] else 0

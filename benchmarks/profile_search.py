@@ -10,7 +10,6 @@ benchmarks/results/tmp/, which git ignores). One worker, so that the profiled pr
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import re
@@ -21,6 +20,7 @@ from collections import Counter
 from pathlib import Path
 
 import load
+import uvloop
 
 ROOT = Path(__file__).resolve().parent
 PROFILES = ROOT / "results" / "profiles"
@@ -75,7 +75,7 @@ def main() -> int:
                    "--format", "raw", "--nonblocking", "-o", str(raw), *(["--gil"] if args.gil else [])]
         spy = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(1)  # py-spy attaches
-        outcome = asyncio.run(load.run_clients(url, queries, args.clients, args.seconds - 1, args.method, 10))
+        outcome = uvloop.run(load.run_clients(url, queries, args.clients, args.seconds - 1, args.method, 10))
         spy.wait(timeout=60)
     finally:
         server.terminate()

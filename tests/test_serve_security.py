@@ -53,6 +53,20 @@ def test_api_routes_need_the_token_while_page_and_health_stay_open(guarded) -> N
     assert anonymous.get("/").status_code == 200 and anonymous.get("/openapi.json").status_code == 200
 
 
+def test_only_a_server_with_a_token_checks_one(tmp_path: Path) -> None:
+    """Without serve.token the API routes carry no auth dependency (FastAPI would solve it on every request for
+    nothing), so the schema names no bearer scheme; with one, every API route needs it."""
+    open_schema = create_app(_settings(tmp_path / "open")).openapi()
+    guarded_schema = create_app(_settings(tmp_path / "guarded", token=TOKEN)).openapi()
+    assert "securitySchemes" not in open_schema.get("components", {})
+    assert "HTTPBearer" in guarded_schema["components"]["securitySchemes"]
+    for path in ("/search", "/papers/{paper_id}", "/locate/{locator}", "/toc/{paper_id}", "/ask", "/ingest"):
+        for operation in guarded_schema["paths"][path].values():
+            assert operation["security"] == [{"HTTPBearer": []}], path
+        assert all("security" not in operation for operation in open_schema["paths"][path].values()), path
+    assert "security" not in guarded_schema["paths"]["/health"]["get"]
+
+
 @pytest.mark.parametrize("host", ["0.0.0.0", "192.168.1.5", "::", "example.org"])
 def test_binding_beyond_loopback_needs_a_token(tmp_path: Path, host: str) -> None:
     with pytest.raises(ValueError, match="without a token"):

@@ -1,0 +1,51 @@
+"""benchmarks/load.py meters the CPU per request that the server's processes and the load generator spend."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+
+REPO = Path(__file__).resolve().parents[1]
+SPIN_S = 0.3
+# A stand-in server: a child process that burns SPIN_S of CPU when told to, says so, and stays alive to be measured.
+SERVER = f"""
+import subprocess, sys
+spin = "import sys, time\\nsys.stdin.readline()\\nend = time.process_time() + {SPIN_S}\\n" \\
+       "while time.process_time() < end: pass\\nprint('done', flush=True)\\nsys.stdin.readline()"
+subprocess.run([sys.executable, "-c", spin])
+"""
+
+
+def load_benchmark():
+    spec = importlib.util.spec_from_file_location("load", REPO / "benchmarks" / "load.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_load_run_meters_the_cpu_per_request_of_the_server_tree_and_of_the_clients() -> None:
+    load = load_benchmark()
+    server = subprocess.Popen([sys.executable, "-c", SERVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        process = psutil.Process(server.pid)
+        while not process.children():  # the CPU is burnt in the server's child, as in a uvicorn worker
+            pass
+
+        def clients() -> dict:
+            server.stdin.write("go\n")
+            server.stdin.flush()
+            assert server.stdout.readline().strip() == "done"
+            return {"requests_ok": 100}
+
+        outcome = load.metered(clients, process)
+    finally:
+        server.stdin.write("stop\n")
+        server.stdin.close()
+        server.wait(timeout=30)
+    assert outcome["requests_ok"] == 100
+    assert outcome["server_cpu_ms_per_request"] >= 1000 * SPIN_S / 100
+    assert 0 <= outcome["client_cpu_ms_per_request"] < outcome["server_cpu_ms_per_request"]
