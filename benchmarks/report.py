@@ -124,6 +124,21 @@ CLAIMS = (
             ("DSI (no ToC in the prompt)", Measure("stair-cpu.json", "small_books_overall/dsi/all")),
         ),
     ),
+    *(
+        Claim(
+            f"{method} ({book} small book)", "OpenStax ToC-QA, small book", "R@1",
+            Measure("stair-cpu.json", f"small_{book}/{name}/all"),
+            (
+                ("dense leaves", Measure("stair-cpu.json", f"small_{book}/dense/all")),
+                ("hybrid leaves", Measure("stair-cpu.json", f"small_{book}/hybrid/all")),
+            ),
+        )
+        for book in ("psychology-2e", "introduction-sociology-3e")
+        for name, method in (
+            ("stair", "STAIR (LoRA, trie-constrained ToC decoding)"),
+            ("stair-fused", "STAIR fused with hybrid leaf search (weight chosen on synthetic dev questions)"),
+        )
+    ),
     Claim(
         "STAIR fused with hybrid leaf search (weight chosen on synthetic dev questions)",
         "OpenStax ToC-QA, small books", "R@1", Measure("stair-cpu.json", "small_books_overall/stair-fused/all"),
