@@ -76,7 +76,8 @@ def test_a_knowing_adapter_gets_weight_and_fixes_the_top_leaf_a_misleading_one_g
     misleading = FusedTocRetriever(hybrid, ScriptedAdapter(toc, wrong), candidates=4, weight=0.0)
     choice = choose_fusion_weight(misleading, dev)
     assert choice.weight == 0.0 and choice.gain == 0.0
-    # Weight 0 is the hybrid order, untouched.
+    # Weight 0 is the hybrid order, untouched, and the adapter is not asked.
+    misleading.adapter = ScriptedAdapter(toc, {})  # knows no question: a KeyError if it were asked
     for question, _ in DEV:
         fused = [leaf.number for leaf in misleading.rank(question, 4).leaves]
         assert fused == [leaf.number for leaf in hybrid.rank(question, 4).leaves]
