@@ -164,27 +164,29 @@ def by_scope(method: str, queries, rankings, tag: str) -> dict:
 
 def paired_tests(methods: dict, system: str, metric: str = "R@1") -> list[dict]:
     """STAIR against the best other method on the same questions, and against DSI (the paper's test)."""
-    from strata.eval.compare import compare
-
     others = {name: entry for name, entry in methods.items() if name not in (system, FUSED) and "all" in entry}
     if system not in methods or not others:
         return []
     best = max(others, key=lambda name: (others[name]["all"]["metrics"][metric], name))
-    tests = []
-    for baseline in dict.fromkeys([best, "dsi"]):
-        if baseline not in others:
-            continue
-        result = compare(
-            REPO / others[baseline]["all"]["per_query_file"],
-            REPO / methods[system]["all"]["per_query_file"],
-            metric,
-            permutations=PERMUTATIONS,
-            seed=SEED,
-        )
-        tests.append(
-            {"baseline": baseline, "best_baseline": baseline == best, **result.model_dump(exclude={"per_query_delta"})}
-        )
-    return tests
+    return [
+        {"baseline": baseline, "best_baseline": baseline == best, **paired(methods, system, baseline, metric)}
+        for baseline in dict.fromkeys([best, "dsi"])
+        if baseline in others
+    ]
+
+
+def paired(methods: dict, system: str, baseline: str, metric: str) -> dict:
+    """The paired randomization test of `system` against `baseline` over all their questions."""
+    from strata.eval.compare import compare
+
+    result = compare(
+        REPO / methods[baseline]["all"]["per_query_file"],
+        REPO / methods[system]["all"]["per_query_file"],
+        metric,
+        permutations=PERMUTATIONS,
+        seed=SEED,
+    )
+    return result.model_dump(exclude={"per_query_delta"})
 
 
 def dataset_ref():
@@ -514,22 +516,13 @@ def fused_stair(settings, toc, adapter, queries, split) -> tuple[list, object]:
 
 def fused_tests(methods: dict, metric: str = "R@1") -> list[dict]:
     """The fused retriever against each of its parts' baselines (BM25, dense, hybrid) and STAIR alone."""
-    from strata.eval.compare import compare
-
     if FUSED not in methods:
         return []
-    tests = []
-    for baseline in ("bm25", "dense", "hybrid", "stair"):
-        if baseline in methods and "all" in methods[baseline]:
-            result = compare(
-                REPO / methods[baseline]["all"]["per_query_file"],
-                REPO / methods[FUSED]["all"]["per_query_file"],
-                metric,
-                permutations=PERMUTATIONS,
-                seed=SEED,
-            )
-            tests.append({"system": FUSED, "baseline": baseline, **result.model_dump(exclude={"per_query_delta"})})
-    return tests
+    return [
+        {"system": FUSED, "baseline": baseline, **paired(methods, FUSED, baseline, metric)}
+        for baseline in ("bm25", "dense", "hybrid", "stair")
+        if baseline in methods and "all" in methods[baseline]
+    ]
 
 
 def small_books_overall() -> dict | None:
