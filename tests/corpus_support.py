@@ -1,4 +1,5 @@
-"""A small BM25-only corpus built in a test's temporary folder from (title, body) pairs, one Results section each."""
+"""A small corpus (BM25 only, or with dense vectors) built in a test's temporary folder from (title, body) pairs, one
+Results section each."""
 
 from __future__ import annotations
 
@@ -13,9 +14,9 @@ from strata.documents.builder import PaperBuilder
 
 @contextmanager
 def bm25_corpus(
-    folder: Path, papers: Mapping[str, tuple[str, str]]
+    folder: Path, papers: Mapping[str, tuple[str, str]], dense: bool = False
 ) -> Iterator[tuple[Settings, Corpus]]:
-    settings = Settings.load(overrides={"store.home": str(folder / "home"), "index.dense": False})
+    settings = Settings.load(overrides={"store.home": str(folder / "home"), "index.dense": dense})
     with Corpus.open(settings) as corpus:
         for paper_id, (title, body) in papers.items():
             builder = PaperBuilder(paper_id, "test")

@@ -1,5 +1,5 @@
 """The package's rooms import one way: each stage imports only the model and the stages below it, and the product
-never imports training or experiment code (the two training commands of the CLI excepted)."""
+never imports training or experiment code (the training commands of the CLI excepted)."""
 
 from __future__ import annotations
 

@@ -65,7 +65,7 @@ def test_train_reranker_command_saves_a_model_the_cross_encoder_method_loads(tmp
     report = run_json(capsys, "train-reranker", *flags, "--json")
     made = {source: report["queries"].get(source, 0) + report["validation_queries"].get(source, 0)
             for source in ("title", "inverse-cloze", "llm")}
-    assert made == {"title": 20, "inverse-cloze": 20, "llm": 3} and report["failed_llm_queries"] == 0
+    assert made == {"title": 20, "inverse-cloze": 40, "llm": 3} and report["failed_llm_queries"] == 0  # 2 sentences a paper
     assert sum(report["pairs"].values()) == 3 * sum(report["queries"].values())  # a positive and 2 negatives each
     assert Path(report["model_dir"]) == home / "rerank" / "cross-encoder"
     assert (home / "rerank" / "cross-encoder" / "config.json").is_file()

@@ -1,6 +1,6 @@
 """The cross-encoder path: one training step from the packaged MiniLM, saved under the store home, picked up by the
 default reranker; a configured model path loads instead; training queries come from the corpus and the fake LLM,
-negatives from BM25 with a false-negative filter; a whole training run validates and chooses its fusion weight."""
+negatives from the first stage with a false-negative filter; a whole training run validates and chooses its fusion weight."""
 
 from __future__ import annotations
 
@@ -59,10 +59,10 @@ def test_a_trained_cross_encoder_is_saved_under_the_store_and_loads_back(store: 
     assert cross_encoder_source(elsewhere) == str(tmp_path / "nowhere")  # a named model wins over the trained one
 
 
-def test_llm_queries_take_the_query_and_its_passage_and_negatives_come_from_bm25_hits(store: CorpusStore):
+def test_llm_queries_take_the_query_and_its_passage_and_negatives_come_from_the_first_stage(store: CorpusStore):
     class Searcher:
         def search(self, query, k=None, method="hybrid", prf=None, paper_ids=None):
-            assert method == "bm25"
+            assert method == "hybrid"  # the ranking the reranker will reorder (rerank.train_negative_method)
             return first_stage(6)
 
     settings = Settings.load(overrides={"rerank.train_passages": 2, "rerank.train_negatives": 2}).rerank

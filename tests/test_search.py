@@ -268,7 +268,7 @@ def test_query_cache_returns_the_same_vector_without_the_encoder(subset: Subset)
         batcher.submit("after close")
 
 
-def test_the_query_batcher_gives_each_caller_its_own_vector_or_its_own_error(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_query_batcher_gives_each_caller_its_own_vector_or_its_own_error() -> None:
     """Callers waiting together get their own text's vector; an encoder failure reaches the callers of that batch
     (here one text: a non-transformer encoder embeds each text alone) and no one else."""
     from strata.config import EmbeddingSettings
@@ -277,12 +277,11 @@ def test_the_query_batcher_gives_each_caller_its_own_vector_or_its_own_error(mon
         def __init__(self, settings: EmbeddingSettings) -> None:
             self.settings = settings
 
-        def embed(self, texts: list[str]) -> np.ndarray:
+        def embed_queries(self, texts: list[str]) -> np.ndarray:
             if "boom" in texts:
                 raise RuntimeError("the encoder failed")
             return np.array([[float(len(text)), float(ord(text[0]))] for text in texts], dtype=np.float32)
 
-    monkeypatch.setattr("strata.retrieve.query_batch.Embedder", Encoder)
     batcher = QueryBatcher(Encoder(EmbeddingSettings(backend="static")), cache_size=0)  # type: ignore[arg-type]
     try:
         futures = {text: batcher.submit(text) for text in ["a", "bb", "boom", "ccc", "bb"]}

@@ -14,7 +14,15 @@ from strata.rerank.crossencoder import FUSION_FILE, CrossEncoderReranker, traine
 from strata.rerank.fusion import FusedReranker, FusionChoice
 from strata.rerank.texts import PaperTexts
 from strata.train.cross_encoder import train_cross_encoder
-from strata.train.pairs import TrainingQuery, corpus_queries, inverse_cloze_query, split_by_paper, title_query
+from strata.train.pairs import (
+    TrainingQuery,
+    corpus_queries,
+    inverse_cloze_queries,
+    mined_pairs,
+    section_queries,
+    split_by_paper,
+    title_query,
+)
 
 TOPICS = ["zinc", "tides", "glaciers", "neurons", "vaccines", "lasers", "bees", "coral", "soil", "comets"]
 
@@ -36,13 +44,43 @@ def test_title_and_inverse_cloze_queries_leave_what_they_ask_out_of_the_positive
         title = title_query(texts, "p001", 120)
         assert title is not None and title.query == "The effect of tides on outcome 1 in a cohort"
         assert title.query not in title.positive and title.positive.startswith("We measured tides")
-        cloze = inverse_cloze_query(texts, "p001", 120, random.Random(0))
-        assert cloze is not None and cloze.source == "inverse-cloze"
-        assert cloze.query in texts.passage("p001", 120) and cloze.query not in cloze.positive
-        assert cloze.positive.startswith("The effect of tides")  # the reranker's title + body view
+        clozes = inverse_cloze_queries(texts, "p001", 120, random.Random(0), count=3)
+        assert len({cloze.query for cloze in clozes}) == 3 and {c.source for c in clozes} == {"inverse-cloze"}
+        for cloze in clozes:
+            assert cloze.query in texts.passage("p001", 120) and cloze.query not in cloze.positive
+            assert cloze.positive.startswith("The effect of tides")  # the reranker's title + body view
         settings = Settings.load(overrides={"rerank.train_queries_per_source": 2}).rerank
         made = corpus_queries(texts, corpus.store.paper_ids(), settings)
-        assert len(made) == 4 and {q.source for q in made} == {"title", "inverse-cloze"}
+        assert len(made) == 6 and [q.source for q in made].count("inverse-cloze") == 4  # 2 per paper by default
+
+
+def test_a_section_heading_with_the_paper_title_finds_that_sections_text_and_negatives_hide_titles_too(tmp_path):
+    from strata.documents.builder import PaperBuilder
+
+    methods = " ".join(f"We cultured cells in medium {n} at 37 degrees for two days." for n in range(4))
+    results = " ".join(f"Growth rose by {n} percent in the treated flasks." for n in range(5))
+    with bm25_corpus(tmp_path, papers(3)) as (_, corpus):
+        builder = PaperBuilder("sec", "test")
+        for heading, prose in (("Methods", methods), ("Results", results)):
+            builder.open_section(heading, level=1, page=1)
+            builder.add_block(prose, page=1)
+        corpus.store.put_paper(builder.build(title="Cell growth in flasks"), "sha-sec")
+        corpus.index.sync()
+        texts = PaperTexts(corpus.store)
+        made = section_queries(texts, "sec", 120)
+        assert [(q.query, q.source) for q in made] == [("Cell growth in flasks: Methods", "section"),
+                                                       ("Cell growth in flasks: Results", "section")]
+        assert made[0].positive.startswith("We cultured cells") and "Growth rose" not in made[0].positive
+        assert section_queries(texts, "p001", 120) == []  # one section: nothing to tell apart
+
+        class Hits:  # the other papers, as a first stage would rank them
+            def search(self, query, k=None, method="hybrid", prf=None, paper_ids=None):
+                return corpus.searcher.search("measured samples", k=k, method="bm25")
+
+        settings = Settings.load(overrides={"rerank.train_negatives": 2}).rerank
+        pairs, _ = mined_pairs(made[:1], Hits(), texts, settings, similarity=None)
+        assert [p.label for p in pairs] == [1.0, 0.0, 0.0]
+        assert all(p.passage.startswith("We ") for p in pairs)  # no title on either side: no shortcut
 
 
 def test_the_validation_split_holds_out_whole_papers():
@@ -70,8 +108,8 @@ def test_a_training_run_validates_and_the_factory_fuses_at_the_chosen_weight(tmp
     with Corpus.open(settings) as corpus:
         lines: list[str] = []
         report = train_cross_encoder(corpus, None, log=lines.append)
-        assert report.queries == {"title": 48, "inverse-cloze": 48}
-        assert report.validation_queries == {"title": 12, "inverse-cloze": 12}
+        assert report.queries == {"title": 48, "inverse-cloze": 96}  # two sentences a paper
+        assert report.validation_queries == {"title": 12, "inverse-cloze": 24}
         assert report.pairs["title"] == 4 * 48 and 1 <= len(report.epochs) <= 2
         assert 0.0 < report.first_stage_validation <= 1.0 and any("validation nDCG@10" in line for line in lines)
         chosen = FusionChoice.model_validate_json((trained_model_dir(settings) / FUSION_FILE).read_text())

@@ -453,6 +453,20 @@ def cmd_train_reranker(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def cmd_train_query_encoder(args: argparse.Namespace, settings: Settings) -> int:
+    from strata.corpus import Corpus
+    from strata.train.query_encoder import train_query_encoder
+
+    with Corpus.open(settings) as corpus, progress_bars(args) as bars:
+        log = (lambda line: None) if args.json else _stderr
+        report = train_query_encoder(corpus, log=log, progress=bars)
+    if args.json:
+        _print_json(report)
+    else:
+        print(report.summary())
+    return 0
+
+
 def cmd_train_toc(args: argparse.Namespace, settings: Settings) -> int:
     from strata.train.toc import train_toc_adapter
 
@@ -598,6 +612,8 @@ def build_parser() -> argparse.ArgumentParser:
     train_reranker_help = "train the cross-encoder on synthetic queries over the corpus"
     train_reranker_reads = ("store", "index", "search", "llm", "rerank")  # the LLM writes the synthetic queries
     command("train-reranker", cmd_train_reranker, train_reranker_help, reads=train_reranker_reads)
+    query_encoder_help = "adapt the dense query encoder to the corpus (its documents' vectors stay as indexed)"
+    command("train-query-encoder", cmd_train_query_encoder, query_encoder_help, reads=("store", "index", "relate", "rerank"))
 
     llm_cmd = commands.add_parser("llm", help="LLM layer").add_subparsers(dest="llm_command", required=True)
     check_help = "load the configured model and check it returns valid JSON"

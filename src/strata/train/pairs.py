@@ -3,10 +3,15 @@
 Sources (each query knows the paper it came from, its positive):
 - title: a paper's title finds its body (the title left out of the passage, so matching it is no shortcut);
 - inverse-cloze: a sentence of the body finds the rest of its passage (Lee et al., 2019), the sentence taken out;
+  several sentences per paper (`train_cloze_per_paper`), as one abstract holds several findings a query may ask for;
+- section: a paper's title and a section heading find that section's text (papers parsed with sections);
 - llm: a query the LLM wrote for the passage (InPars/GPL style), cached by the LLM response cache, so a rerun
   continues where an interrupted one stopped.
-Hard negatives are other papers from the query's BM25 hits, with a false-negative filter: a negative the dense
-encoder scores above the positive is dropped (it may answer the query as well as the positive does).
+Hard negatives are other papers from the query's first-stage hits (`train_negative_method`: hybrid, the ranking the
+reranker will reorder, or BM25), with a false-negative filter: a negative the dense encoder scores above the positive
+is dropped (it may answer the query as well as the positive does).
+Citation contexts (the citing sentence -> the cited paper) are not a source: the store keeps reference entries and
+the resolved citation graph, not the sentences that cite.
 """
 
 from __future__ import annotations
@@ -27,8 +32,9 @@ from strata.progress import Progress, tell
 from strata.rerank.texts import PaperTexts
 from strata.retrieve.protocol import Searcher
 
-Source = Literal["title", "inverse-cloze", "llm"]
-SOURCES: tuple[Source, ...] = ("title", "inverse-cloze", "llm")
+Source = Literal["title", "inverse-cloze", "section", "llm"]
+SOURCES: tuple[Source, ...] = ("title", "inverse-cloze", "section", "llm")
+UNTITLED: frozenset[Source] = frozenset({"title", "section"})  # sources whose query holds the paper's title
 MIN_QUERY_WORDS = 4  # a shorter title or sentence ("Introduction", "Results.") asks nothing
 MIN_BODY_WORDS = 30  # a body this short leaves no passage once a sentence is taken out
 
@@ -60,9 +66,10 @@ class TrainingPair(BaseModel):
 
 
 def passage_of(texts: PaperTexts, source: Source, paper_id: str, words: int) -> str:
-    """How a source shows a paper: 'title' queries see bodies only (positives and negatives alike, so the model
-    cannot tell them apart by a missing title); the others see the reranker's own title + body passage."""
-    return " ".join(texts.body(paper_id)[:words]) if source == "title" else texts.passage(paper_id, words)
+    """How a source shows a paper: title and section queries name the paper's title, so they see bodies only
+    (positives and negatives alike, so the model cannot tell them apart by a missing title); the others see the
+    reranker's own title + body passage."""
+    return " ".join(texts.body(paper_id)[:words]) if source in UNTITLED else texts.passage(paper_id, words)
 
 
 def title_query(texts: PaperTexts, paper_id: str, words: int) -> TrainingQuery | None:
@@ -73,29 +80,50 @@ def title_query(texts: PaperTexts, paper_id: str, words: int) -> TrainingQuery |
                          source="title")
 
 
-def inverse_cloze_query(texts: PaperTexts, paper_id: str, words: int, rng: random.Random) -> TrainingQuery | None:
+def inverse_cloze_queries(
+    texts: PaperTexts, paper_id: str, words: int, rng: random.Random, count: int = 1
+) -> list[TrainingQuery]:
+    """Up to `count` different sentences of the body's first 2 x `words` words, each a query whose positive is the
+    reranker's title + body view with that sentence taken out."""
     body = " ".join(texts.body(paper_id)[: 2 * words])
     sentences = SENTENCE_END.split(body)
     usable = [index for index, sentence in enumerate(sentences) if len(sentence.split()) >= MIN_QUERY_WORDS]
     if len(body.split()) < MIN_BODY_WORDS or len(sentences) < 2 or not usable:
-        return None
-    chosen = rng.choice(usable)
-    rest = " ".join(sentence for index, sentence in enumerate(sentences) if index != chosen).split()[:words]
+        return []
     title = texts.title(paper_id)
-    positive = f"{title}. {' '.join(rest)}" if title else " ".join(rest)
-    return TrainingQuery(query=sentences[chosen], paper_id=paper_id, positive=positive, source="inverse-cloze")
+    made = []
+    for chosen in sorted(rng.sample(usable, min(count, len(usable)))):
+        rest = " ".join(sentence for index, sentence in enumerate(sentences) if index != chosen).split()[:words]
+        positive = f"{title}. {' '.join(rest)}" if title else " ".join(rest)
+        made.append(TrainingQuery(query=sentences[chosen], paper_id=paper_id, positive=positive,
+                                  source="inverse-cloze"))
+    return made
+
+
+def section_queries(texts: PaperTexts, paper_id: str, words: int) -> list[TrainingQuery]:
+    """'Paper title: section heading' for each top-level section with enough prose, its positive the first `words`
+    words of that section (reading a paper's parts is what full-text reranking needs; abstract-only papers give
+    none)."""
+    title = texts.title(paper_id)
+    return [
+        TrainingQuery(query=f"{title}: {heading}" if title else heading, paper_id=paper_id,
+                      positive=" ".join(prose.split(maxsplit=words)[:words]), source="section")
+        for heading, prose in texts.sections(paper_id)
+        if len(heading.split()) + len(title.split()) >= MIN_QUERY_WORDS and len(prose.split()) >= MIN_BODY_WORDS
+    ]
 
 
 def corpus_queries(texts: PaperTexts, paper_ids: Sequence[str], settings: RerankSettings) -> list[TrainingQuery]:
-    """Up to `train_queries_per_source` title and inverse-cloze queries from papers sampled with the seed."""
+    """The LLM-free queries of up to `train_queries_per_source` papers sampled with the seed: a title query,
+    `train_cloze_per_paper` inverse-cloze queries and the section queries of each."""
     rng = random.Random(settings.train_seed)
     sampled = rng.sample(list(paper_ids), min(settings.train_queries_per_source, len(paper_ids)))
     queries: list[TrainingQuery] = []
     for paper_id in sorted(sampled):
-        for made in (title_query(texts, paper_id, settings.passage_words),
-                     inverse_cloze_query(texts, paper_id, settings.passage_words, rng)):
-            if made is not None:
-                queries.append(made)
+        title = title_query(texts, paper_id, settings.passage_words)
+        queries += [title] if title is not None else []
+        queries += inverse_cloze_queries(texts, paper_id, settings.passage_words, rng, settings.train_cloze_per_paper)
+        queries += section_queries(texts, paper_id, settings.passage_words)
     return queries
 
 
@@ -143,12 +171,13 @@ def mined_pairs(
     progress: Progress | None = None,
 ) -> tuple[list[TrainingPair], int]:
     """(pairs, negatives dropped as likely false): each query's positive, then `train_negatives` papers drawn from
-    its BM25 hits (its own paper and `exclude` left out; with `similarity`, papers the dense encoder scores above the
-    positive left out too)."""
+    its first-stage hits (`train_negative_method`; its own paper and `exclude` left out; with `similarity`, papers
+    the dense encoder scores above the positive left out too)."""
     rng = random.Random(settings.train_seed + 2)
     pools = []
     for query in queries:
-        hits = searcher.search(query.query, k=settings.train_negative_depth, method="bm25", prf=False)
+        hits = searcher.search(query.query, k=settings.train_negative_depth, method=settings.train_negative_method,
+                               prf=False)
         pools.append([pid for pid in hits.paper_ids if pid != query.paper_id and pid not in exclude])
         tell(progress, "negatives mined", len(pools), len(queries))
     dropped = 0
