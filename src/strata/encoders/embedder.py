@@ -96,19 +96,19 @@ class Embedder:
 
     def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
         """Search queries, by the query encoder (`settings.query_model`, else `model`), with `query_threads`."""
-        return self._encode(texts, self.settings.query_threads, self.query_model)
+        return self._encode(texts, self.settings.query_threads, query=True)
 
     @property
     def query_model(self) -> SentenceTransformer:
         with _LOAD_LOCK:
             return _load_model(str(self.query_path))
 
-    def _encode(self, texts: Sequence[str], threads: int, model: SentenceTransformer | None = None) -> np.ndarray:
+    def _encode(self, texts: Sequence[str], threads: int, query: bool = False) -> np.ndarray:
         if self.settings.backend == "static":
             return self.static.encode(texts)
         if not texts:
             return np.zeros((0, self.dimension), dtype=np.float32)
-        model = model or self.model
+        model = self.query_model if query else self.model
         import torch
 
         # Torch's thread count is process-wide: encode one batch at a time, each with the count it asked for.
