@@ -63,3 +63,12 @@ def test_nothing_is_saved_when_training_does_not_beat_the_unadapted_encoder(tmp_
     _, report, folder = adapt(tmp_path, **{"rerank.train_learning_rate": 1e-12})  # weights practically unchanged
     assert report.model_dir is None and report.best_step == 0 and not folder.exists()
     assert all(check.validation <= report.base_validation for check in report.checks)
+
+
+def test_a_corpus_without_vectors_or_too_small_gets_a_clear_message(tmp_path):
+    with bm25_corpus(tmp_path / "bm25", papers(60)) as (_, corpus), pytest.raises(ValueError, match="no dense index"):
+        train_query_encoder(corpus)
+    with bm25_corpus(tmp_path / "small", papers(5), dense=True) as (_, corpus):
+        with pytest.raises(ValueError, match="at least 50"):
+            train_query_encoder(corpus)
+        assert not query_encoder_dir(corpus).exists()

@@ -174,7 +174,7 @@ def fit(
         if step % every == 0 or step == steps:
             checks.append(Check(step=step, loss=float(np.mean(losses[-every:])), validation=validate()))
             log(f"step {step}: loss {checks[-1].loss:.3f}, validation MRR@10 {checks[-1].validation:.4f}")
-            if checks[-1].validation == max(check.validation for check in checks):
+            if all(checks[-1].validation > check.validation for check in checks[:-1]):  # the first best is kept
                 shutil.rmtree(staged, ignore_errors=True)
                 model.save(str(staged))
     return checks
