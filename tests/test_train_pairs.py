@@ -49,6 +49,8 @@ def test_title_and_inverse_cloze_queries_leave_what_they_ask_out_of_the_positive
         for cloze in clozes:
             assert cloze.query in texts.passage("p001", 120) and cloze.query not in cloze.positive
             assert cloze.positive.startswith("The effect of tides")  # the reranker's title + body view
+        kept = inverse_cloze_queries(texts, "p001", 120, random.Random(0), count=2, keep=1.0)
+        assert all(cloze.query in cloze.positive for cloze in kept)  # left in, as a claim's words are in its abstract
         settings = Settings.load(overrides={"rerank.train_queries_per_source": 2}).rerank
         made = corpus_queries(texts, corpus.store.paper_ids(), settings)
         assert len(made) == 6 and [q.source for q in made].count("inverse-cloze") == 4  # 2 per paper by default

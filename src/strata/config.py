@@ -441,6 +441,14 @@ class RerankSettings(_Section):
     train_cloze_per_paper: int = Field(
         default=2, ge=0, description="train-reranker: inverse-cloze sentence queries per sampled paper"
     )
+    train_cloze_keep: float = Field(
+        default=0.5,
+        ge=0.0,
+        le=1.0,
+        description="train-reranker: share of inverse-cloze positives that keep their query sentence (always "
+        "taking it out, against hybrid negatives that share the query's words, taught a cross-encoder that overlap "
+        "means irrelevance: nDCG@10 0.165 on 200 SciFact train claims after 300 steps; 0.651 with half kept)",
+    )
     train_negatives: int = Field(default=3, ge=1, description="train-reranker: hard negatives mined per query")
     train_negative_method: Literal["hybrid", "bm25"] = Field(
         default="hybrid",

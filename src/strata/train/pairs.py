@@ -81,10 +81,12 @@ def title_query(texts: PaperTexts, paper_id: str, words: int) -> TrainingQuery |
 
 
 def inverse_cloze_queries(
-    texts: PaperTexts, paper_id: str, words: int, rng: random.Random, count: int = 1
+    texts: PaperTexts, paper_id: str, words: int, rng: random.Random, count: int = 1, keep: float = 0.0
 ) -> list[TrainingQuery]:
     """Up to `count` different sentences of the body's first 2 x `words` words, each a query whose positive is the
-    reranker's title + body view with that sentence taken out."""
+    reranker's title + body view with that sentence taken out, or, at rate `keep`, left in (Lee et al. keep it 10%
+    of the time: a positive that never holds the query's words, against hard negatives mined for sharing them,
+    teaches a reranker that word overlap means irrelevance)."""
     body = " ".join(texts.body(paper_id)[: 2 * words])
     sentences = SENTENCE_END.split(body)
     usable = [index for index, sentence in enumerate(sentences) if len(sentence.split()) >= MIN_QUERY_WORDS]
@@ -93,7 +95,8 @@ def inverse_cloze_queries(
     title = texts.title(paper_id)
     made = []
     for chosen in sorted(rng.sample(usable, min(count, len(usable)))):
-        rest = " ".join(sentence for index, sentence in enumerate(sentences) if index != chosen).split()[:words]
+        left_out = -1 if keep and rng.random() < keep else chosen
+        rest = " ".join(sentence for index, sentence in enumerate(sentences) if index != left_out).split()[:words]
         positive = f"{title}. {' '.join(rest)}" if title else " ".join(rest)
         made.append(TrainingQuery(query=sentences[chosen], paper_id=paper_id, positive=positive,
                                   source="inverse-cloze"))
@@ -122,7 +125,8 @@ def corpus_queries(texts: PaperTexts, paper_ids: Sequence[str], settings: Rerank
     for paper_id in sorted(sampled):
         title = title_query(texts, paper_id, settings.passage_words)
         queries += [title] if title is not None else []
-        queries += inverse_cloze_queries(texts, paper_id, settings.passage_words, rng, settings.train_cloze_per_paper)
+        queries += inverse_cloze_queries(texts, paper_id, settings.passage_words, rng, settings.train_cloze_per_paper,
+                                         settings.train_cloze_keep)
         queries += section_queries(texts, paper_id, settings.passage_words)
     return queries
 
