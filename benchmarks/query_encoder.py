@@ -25,7 +25,7 @@ from strata.eval.beir import BeirDataset, load_beir
 from strata.eval.compare import paired_p_value
 from strata.eval.results import DatasetRef, Experiment, new_result, repo_relative, write_result
 from strata.eval.retrieval import _strict_scores, evaluate_run
-from strata.train.query_encoder import query_encoder_dir, train_query_encoder
+from strata.train.query_encoder import train_query_encoder
 
 ROOT = Path(__file__).resolve().parent
 SCIFACT = ROOT.parent.parent / "shared" / "data" / "scifact" / "beir"
@@ -66,12 +66,10 @@ def rankings(settings: Settings, dataset: BeirDataset, method: str) -> dict[str,
 def main() -> None:
     args = arguments()
     args.work.mkdir(parents=True, exist_ok=True)
-    settings = bench_settings(args)
     report_file = args.work / "training_report.json"
     if not args.no_train:
-        with Corpus.open(settings) as corpus:
+        with Corpus.open(bench_settings(args)) as corpus:
             report = train_query_encoder(corpus)
-            folder = query_encoder_dir(corpus)
         report_file.write_text(report.model_dump_json(indent=2))
         print(report.summary(), flush=True)
     training = json.loads(report_file.read_text())

@@ -439,27 +439,24 @@ def cmd_features(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_train_reranker(args: argparse.Namespace, settings: Settings) -> int:
-    from strata.corpus import Corpus
     from strata.train.cross_encoder import train_cross_encoder
 
-    with Corpus.open(settings) as corpus, progress_bars(args) as bars:
-        client = corpus.llm if settings.rerank.train_passages else None
-        log = (lambda line: None) if args.json else _stderr
-        report = train_cross_encoder(corpus, client, log=log, progress=bars)
-    if args.json:
-        _print_json(report)
-    else:
-        print(report.summary())
-    return 0
+    return _train(args, settings, lambda corpus, log, bars: train_cross_encoder(
+        corpus, corpus.llm if settings.rerank.train_passages else None, log=log, progress=bars))
 
 
 def cmd_train_query_encoder(args: argparse.Namespace, settings: Settings) -> int:
-    from strata.corpus import Corpus
     from strata.train.query_encoder import train_query_encoder
 
+    return _train(args, settings, lambda corpus, log, bars: train_query_encoder(corpus, log=log, progress=bars))
+
+
+def _train(args: argparse.Namespace, settings: Settings, train: Callable[..., Any]) -> int:
+    """Run a trainer over the corpus with progress bars and its log on stderr; print its report (JSON or summary)."""
+    from strata.corpus import Corpus
+
     with Corpus.open(settings) as corpus, progress_bars(args) as bars:
-        log = (lambda line: None) if args.json else _stderr
-        report = train_query_encoder(corpus, log=log, progress=bars)
+        report = train(corpus, (lambda line: None) if args.json else _stderr, bars)
     if args.json:
         _print_json(report)
     else:

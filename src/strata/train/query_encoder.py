@@ -101,6 +101,7 @@ def train_query_encoder(corpus: Corpus, log: Log = stderr_line, progress: Progre
     log(f"{len(train)} training and {len(held)} validation queries {count_by_source(queries)}")
 
     torch.manual_seed(rerank.train_seed)
+    # A fresh copy to train: the process-wide cached model (`Embedder.query_model`) keeps serving searches.
     model = SentenceTransformer(str(corpus.embedder.query_path), device="cpu", local_files_only=True)
     papers = torch.from_numpy(np.ascontiguousarray(vectors.vectors, dtype=np.float32))
     held_targets = [row[query.paper_id] for query in held]
