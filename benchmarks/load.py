@@ -6,7 +6,9 @@ The server runs as its own process (`strata serve` on 127.0.0.1 and a free port)
 not share one interpreter lock (`--workers N`: serve.workers, N server processes; the load is measured once all have
 loaded). The clients run on the same machine, so they share its cores with the server: each run records the CPU
 milliseconds per request that each spent, and the 1-minute load average (other jobs on the machine move req/s).
-Queries are the LitQA2 questions, cycled. Bounded: the clients stop at the deadline,
+Queries are the LitQA2 questions, cycled (`--queries`: another JSON-lines file, e.g. SciFact's claims, which
+repeat far less; `--query-cache 0` turns the server's query-vector cache off; `--warmup S`: S seconds of load
+before the measured ones, so one-time costs such as first embeddings are not counted). Bounded: the clients stop at the deadline,
 the server is stopped at the end. Writes benchmarks/results/load.json (strata.eval.results; experiments of other
 names already in the file are kept, so a `--name 'hybrid (before)'` run stays beside the current one) and prints
 a table. The clients speak plain keep-alive HTTP/1.1 (`--client httpx` for the AsyncClient of the first runs, which
@@ -40,15 +42,23 @@ QUESTIONS = ROOT.parent.parent / "shared" / "data" / "litqa2" / "questions.jsonl
 STARTUP_TIMEOUT_S = 300  # the server loads the query encoder before it answers
 
 
+def read_queries(path: Path) -> list[str]:
+    """The query texts of a JSON-lines file: LitQA2's `question`, or a BEIR queries file's `text`."""
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [row["question"] if "question" in row else row["text"] for row in rows]
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
 
 
-def start_server(home: Path, port: int, workers: int = 1) -> subprocess.Popen:
+def start_server(home: Path, port: int, workers: int = 1, query_cache: int | None = None) -> subprocess.Popen:
     command = [sys.executable, "-m", "strata.cli", "serve", "--host", "127.0.0.1", "--port", str(port),
                "--store.home", str(home), "--serve.workers", str(workers)]
+    if query_cache is not None:
+        command += ["--serve.query_cache", str(query_cache)]
     return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
 
@@ -206,6 +216,8 @@ def metered(clients: Callable[[], dict], server: psutil.Process | None) -> dict:
 def run_load(url: str, queries: list[str], args: argparse.Namespace, server: psutil.Process | None) -> dict:
     """The clients' outcome, metered, on uvloop (the server's loop too): on asyncio's own loop they spent ~30% more
     CPU per request, of the cores the server shares."""
+    if args.warmup > 0:  # first requests load lazily what later ones reuse: not the steady state measured
+        uvloop.run(run_clients(url, queries, args.clients, args.warmup, args.method, args.k, args.client))
     clients = run_clients(url, queries, args.clients, args.seconds, args.method, args.k, args.client)
     return metered(lambda: uvloop.run(clients), server)
 
@@ -238,17 +250,27 @@ def main() -> int:
     parser.add_argument("--name", help="experiment name (default: the method); a file keeps the experiments of "
                         "other names that earlier runs wrote, e.g. 'bm25 (before #22)' beside 'bm25'")
     parser.add_argument("--workers", type=int, default=1, help="server worker processes (serve.workers)")
+    parser.add_argument("--queries", default=str(QUESTIONS),
+                        help="JSON-lines queries, cycled (LitQA2's 23 questions by default; a BEIR queries.jsonl, "
+                        "e.g. SciFact's 1,109 claims, repeats far less)")
+    parser.add_argument("--warmup", type=float, default=0.0,
+                        help="seconds of the same load before the measured --seconds (not counted)")
+    parser.add_argument("--query-cache", type=int, help="serve.query_cache of the started server; 0: every "
+                        "query is embedded (the questions repeat, so by default all but the first are cache hits)")
     parser.add_argument("--url", help="load this already running server (e.g. one under a profiler) instead of "
                         "starting one; nothing is written unless --output is given explicitly")
     args = parser.parse_args()
 
-    queries = [json.loads(line)["question"] for line in QUESTIONS.read_text().splitlines() if line.strip()]
+    query_file = Path(args.queries)
+    queries = read_queries(query_file)
+    # LitQA2's folder holds questions.jsonl; a BEIR dataset's queries.jsonl sits in DATASET/beir/.
+    dataset = query_file.parent.parent.name if query_file.parent.name == "beir" else query_file.parent.name
     if args.url:
         health = httpx.get(f"{args.url}/health", timeout=30).json()
         outcome = run_load(args.url, queries, args, None)
     else:
         url = f"http://127.0.0.1:{free_port()}"
-        server = start_server(Path(args.home), int(url.rsplit(":", 1)[1]), args.workers)
+        server = start_server(Path(args.home), int(url.rsplit(":", 1)[1]), args.workers, args.query_cache)
         try:
             health = wait_until_healthy(url, server)
             if args.workers > 1:  # /health answered from one worker: wait until every worker has loaded
@@ -259,17 +281,18 @@ def main() -> int:
             server.wait(timeout=30)
     latency = outcome["latency_ms"]
     run = Experiment(
-        name=args.name or args.method, method=args.method, dataset="litqa2", queries=len(queries),
+        name=args.name or args.method, method=args.method, dataset=dataset, queries=len(queries),
         metrics={name: outcome[name] for name in ("requests_ok", "errors", "throughput_rps")},
         cost={"elapsed_s": outcome["elapsed_s"], **{f"latency_{name}_ms": value for name, value in latency.items()},
               **{name: value for name, value in outcome.items() if name.endswith("_cpu_ms_per_request")}},
         details={**{name: outcome[name] for name in ("error_kinds", "search_methods_served")},
-                 "load_average_1m": round(os.getloadavg()[0], 2)},
+                 "load_average_1m": round(os.getloadavg()[0], 2), "workers": args.workers,
+                 "warmup_s": args.warmup, "query_cache": args.query_cache},
     )  # fmt: skip
     result = new_result(
         "benchmarks/load.py",
         [run],
-        datasets=[DatasetRef(name="litqa2", path=repo_relative(QUESTIONS, ROOT.parent))],
+        datasets=[DatasetRef(name=dataset, path=repo_relative(query_file, ROOT.parent))],
         settings={"clients": args.clients, "seconds": args.seconds, "k": args.k, "client": args.client,
                   "workers": args.workers, "load_generator": "same machine (shares its cores with the server)"},
         details={"corpus": {"papers": health["corpus"]["papers"], "chunks": health["corpus"]["chunks"]}},

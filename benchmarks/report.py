@@ -813,6 +813,9 @@ def load_sections(results: dict[str, ResultFile]) -> str:
         [
             e.name,
             str(r.settings["clients"]),
+            f"{e.dataset} ({e.queries})",
+            f"{e.details.get('warmup_s') or 0:.0f}",
+            _query_cache(e.details.get("query_cache")),
             f"{e.metrics['requests_ok']:.0f}",
             f"{e.metrics['errors']:.0f}",
             f"{e.metrics['throughput_rps']:.1f}",
@@ -827,17 +830,23 @@ def load_sections(results: dict[str, ResultFile]) -> str:
     lines = [
         "### Load test: HTTP `/search` on loopback",
         "",
-        markdown_table(["run", "clients", "requests ok", "errors", "req/s", "p50 ms", "p95 ms", "p99 ms"], rows),
+        markdown_table(["run", "clients", "queries cycled", "warm-up s", "query cache", "requests ok", "errors", "req/s", "p50 ms", "p95 ms", "p99 ms"], rows),
         "",
         f"Caps: {first.settings['clients']} concurrent clients for {first.settings['seconds']:.0f} s per method, "
-        f"{experiment.queries} LitQA2 questions cycled, k {first.settings['k']}, corpus {corpus['papers']} papers / "
-        f"{corpus['chunks']:,} chunks; {machine.cpus} CPUs{load}.",
+        f"k {first.settings['k']}, corpus {corpus['papers']} papers / {corpus['chunks']:,} chunks; {machine.cpus} "
+        f"CPUs{load}. Warm-up: seconds of the same load before the measured ones (not counted). Query cache: the "
+        "server's `serve.query_cache` (default 4096: a repeated query skips the encoder; with 0, only queries "
+        "waiting at the same moment share one embedding).",
         *dict.fromkeys(note for name, result in results.items() for note in notes(name, result)),
         "Source: `benchmarks/results/load*.json` ("
         + ", ".join(f"`{e.command or _script(r)}`" for r, e in runs)
         + ").",
     ]
     return "\n".join(lines)
+
+
+def _query_cache(size: int | None) -> str:
+    return "default" if size is None else "off" if size == 0 else str(size)
 
 
 def llm_section(name: str, result: ResultFile) -> str:

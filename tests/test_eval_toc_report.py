@@ -74,12 +74,12 @@ def test_every_stair_part_is_rendered_with_training_and_the_randomization_test()
     assert text.count("(`python benchmarks/stair.py`, exact command not recorded)") == 0  # the writer recorded it
 
 
-def load_run(method: str, p50: float, errors: int) -> ResultFile:
+def load_run(method: str, p50: float, errors: int, details: dict | None = None) -> ResultFile:
     run = Experiment(
         name=method, method=method, dataset="litqa2", queries=23,
         command=f"python benchmarks/load.py --method {method}",
         metrics={"requests_ok": 100, "errors": errors, "throughput_rps": 3.3},
-        cost={"latency_p50_ms": p50, "latency_p95_ms": 2 * p50, "latency_p99_ms": 3 * p50},
+        cost={"latency_p50_ms": p50, "latency_p95_ms": 2 * p50, "latency_p99_ms": 3 * p50}, details=details or {},
     )  # fmt: skip
     return new_result(
         "benchmarks/load.py", [run], datasets=[DatasetRef(name="litqa2")],
@@ -126,7 +126,7 @@ def test_scale_load_and_reliability_results_are_rendered_with_extrapolation_mark
                    cost={"peak_rss_mb": 300}, details={"worker_returncode": 0, "per_file_timeout_s": 30.0,
                                                        "memory_limit_mb": 6144}),
     ])  # fmt: skip
-    results = {"scale.json": scale, "load.json": load_run("hybrid", 900.0, 0),
+    results = {"scale.json": scale, "load.json": load_run("hybrid", 900.0, 0, {"warmup_s": 5.0, "query_cache": 0}),
                "load-bm25.json": load_run("bm25", 200.0, 2), "reliability.json": reliability}  # fmt: skip
 
     text = load_report().render_page(results, tmp_path)
@@ -139,7 +139,8 @@ def test_scale_load_and_reliability_results_are_rendered_with_extrapolation_mark
     (source,) = [line for line in text.splitlines() if line.startswith("Source: `benchmarks/results/scale.json`")]
     assert "`python benchmarks/scale.py --sizes 100000`" in source and "--sizes 500000`" in source
     assert "| hybrid | 0.7000 | 0.7000 | +0.0000 | 100 / 100 |" in text
-    assert "| bm25 | 50 | 100 | 2 | 3.3 | 200 | 400 | 600 |" in text and "| hybrid | 50 | 100 | 0 | 3.3 | 900 |" in text
+    assert "| bm25 | 50 | litqa2 (23) | 0 | default | 100 | 2 | 3.3 | 200 | 400 | 600 |" in text
+    assert "| hybrid | 50 | litqa2 (23) | 5 | off | 100 | 0 | 3.3 | 900 |" in text
     assert "| documents lost | 0 |" in text and "| hangs (past the per-file limit) | 1 |" in text
     assert "| LLM calls ending in a clear error | - |" in text  # no LLM part in this file
     assert "### Figures" not in text  # none drawn in this folder
