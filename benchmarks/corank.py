@@ -1,6 +1,8 @@
-"""CoRank benchmark: SciFact test nDCG@10 for the first stage, the trained cross-encoder, vanilla listwise, sliding
-window, CoRank and its two controls (token-equivalent truncated text, random draw from the pool), all over the same
-hybrid first stage and the embedded LLM; LLM calls and tokens per query; feature extraction cost and cache proof.
+"""CoRank benchmark: SciFact test nDCG@10 for the first stage, the trained cross-encoder, pointwise P(yes), vanilla
+listwise, sliding window, CoRank and its two controls (token-equivalent truncated text, random draw from the pool),
+all over the same hybrid first stage and the embedded LLM; each LLM reranker also fused with the first stage at a
+weight declared in advance (LLM_FUSION_WEIGHT); paired randomization tests against the first stage; LLM calls and
+tokens per query; feature extraction cost and cache proof.
 
     nice -n 10 python benchmarks/corank.py --queries 10 --pool 30 --fine-k 10 ...
 
@@ -45,7 +47,11 @@ from strata.train.cross_encoder import train_cross_encoder
 ROOT = Path(__file__).resolve().parent
 SCIFACT = ROOT.parent.parent / "shared" / "data" / "scifact" / "beir"
 STORE = ROOT.parent / ".strata" / "eval" / "scifact-ccca1f829cea-6046c948"
-METHODS = ["corank", "corank-truncated", "random-pool", "listwise", "cross-encoder", "sliding-window"]
+METHODS = ["corank", "corank-truncated", "random-pool", "listwise", "pointwise", "cross-encoder", "sliding-window"]
+# The weight of every LLM reranker's fused row, declared before any run (equal say for the reranker and the first
+# stage): there is no validation split of LLM-judged queries to choose it on, and choosing it on test would not count.
+LLM_FUSION_WEIGHT = 0.5
+RANKING_PROMPTS = {"rerank_listwise", "rerank_pointwise"}
 FEATURE_METHODS = {"corank", "corank-truncated"}  # the truncated-text control is matched to the features' tokens
 
 
@@ -88,6 +94,7 @@ def bench_settings(args: argparse.Namespace) -> Settings:
             "rerank.pool": args.pool,
             "rerank.fine_k": args.fine_k,
             "rerank.listwise_depth": args.listwise_depth,
+            "rerank.pointwise_depth": args.listwise_depth,  # the same top 20 as vanilla listwise
             "rerank.sliding_depth": args.sliding_depth,
             "rerank.window": args.window,
             "rerank.stride": args.stride,
@@ -221,7 +228,7 @@ def cross_encoder(bench: Bench, corpus: Corpus, hybrid, bm25, capped) -> None:
         bench.row(f"{name} > cross-encoder", rankings, len(first), subset, against=baselines[name],
                   seconds_per_query=round(seconds, 2))
         # Fusion reuses the rescoring above: the same ranks, fused with the first stage at the validation weight.
-        fusion = FusedReranker(Rescored(rankings), weight, settings.search.rrf_k)
+        fusion = FusedReranker(Rescored(rankings, "cross-encoder"), weight, settings.search.rrf_k)
         fused = {qid: fusion.rank(ranking.query, ranking) for qid, ranking in first.items()}
         bench.row(f"{name} > cross-encoder+fusion", fused, len(first), subset, against=baselines[name],
                   fusion_weight=weight, seconds_per_query=round(seconds, 2))
@@ -231,9 +238,8 @@ class Rescored:
     """A reranker answering with rankings already computed, looked up by query text, so fusing them costs no
     second rescoring."""
 
-    name = "cross-encoder"
-
-    def __init__(self, rankings: dict[str, Ranking]) -> None:
+    def __init__(self, rankings: dict[str, Ranking], name: str) -> None:
+        self.name = name
         self.by_query = {ranking.query: ranking for ranking in rankings.values()}
         if len(self.by_query) != len(rankings):
             raise ValueError("two queries share a text: their rankings cannot be told apart")
@@ -287,20 +293,22 @@ def listwise_method(bench: Bench, store, client, method: str, queries, capped: d
         summaries.append(_only_ranking(trace))
     seconds = time.perf_counter() - started
     total = TraceSummary.total(summaries)
-    errors: ParseErrors = reranker.llm.errors  # type: ignore[attr-defined]
+    llm = getattr(reranker, "llm", None)  # the listwise ones parse written lists; pointwise scores, parses nothing
+    errors: ParseErrors = llm.errors if llm is not None else ParseErrors()
     n = max(len(queries), 1)
-    bench.row(
-        f"hybrid > {method}",
-        rankings,
-        len(queries),
-        "llm",
-        llm_calls_per_query=round(total.calls / n, 2),
-        tokens_in_per_query=round(total.tokens_in / n, 1),
-        tokens_out_per_query=round(total.tokens_out / n, 1),
-        seconds_per_query=round(seconds / n, 1),
-        cache_hits=total.cache_hits,
-        parse_errors=errors.model_dump(),
-    )
+    cost = {
+        "llm_calls_per_query": round(total.calls / n, 2),
+        "tokens_in_per_query": round(total.tokens_in / n, 1),
+        "tokens_out_per_query": round(total.tokens_out / n, 1),
+        "seconds_per_query": round(seconds / n, 1),
+        "cache_hits": total.cache_hits,
+    }
+    bench.row(f"hybrid > {method}", rankings, len(queries), "llm", against="hybrid (first stage)", **cost,
+              parse_errors=errors.model_dump())
+    fusion = FusedReranker(Rescored(rankings, method), LLM_FUSION_WEIGHT, bench.settings.search.rrf_k)
+    fused = {query.id: fusion.rank(query.text, capped[query.id]) for query in queries}
+    bench.row(f"hybrid > {method}+fusion", fused, len(queries), "llm", against="hybrid (first stage)", **cost,
+              fusion_weight=LLM_FUSION_WEIGHT)
 
 
 def _comparable(caps: dict) -> dict:
@@ -311,7 +319,7 @@ def _comparable(caps: dict) -> dict:
 def _only_ranking(trace) -> TraceSummary:
     from strata.llm import Trace
 
-    return Trace(calls=[call for call in trace.calls if call.prompt == "rerank_listwise"]).summary()
+    return Trace(calls=[call for call in trace.calls if call.prompt in RANKING_PROMPTS]).summary()
 
 
 def print_table(result: ResultFile) -> None:

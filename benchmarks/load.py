@@ -54,11 +54,13 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def start_server(home: Path, port: int, workers: int = 1, query_cache: int | None = None) -> subprocess.Popen:
+def start_server(home: Path, port: int, workers: int = 1, settings: list[str] = ()) -> subprocess.Popen:
+    """`strata serve` with these extra `KEY=VALUE` settings (`--KEY VALUE` on its command line)."""
     command = [sys.executable, "-m", "strata.cli", "serve", "--host", "127.0.0.1", "--port", str(port),
                "--store.home", str(home), "--serve.workers", str(workers)]
-    if query_cache is not None:
-        command += ["--serve.query_cache", str(query_cache)]
+    for setting in settings:
+        key, _, value = setting.partition("=")
+        command += [f"--{key}", value]
     return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
 
@@ -222,6 +224,11 @@ def run_load(url: str, queries: list[str], args: argparse.Namespace, server: psu
     return metered(lambda: uvloop.run(clients), server)
 
 
+def server_settings(args: argparse.Namespace) -> list[str]:
+    cache = [] if args.query_cache is None else [f"serve.query_cache={args.query_cache}"]
+    return cache + args.set
+
+
 def summary(latencies: list[float], errors: dict[str, int], methods: set[str], elapsed: float) -> dict:
     ms = np.array(latencies) * 1000 if latencies else np.zeros(1)
     return {
@@ -257,6 +264,8 @@ def main() -> int:
                         help="seconds of the same load before the measured --seconds (not counted)")
     parser.add_argument("--query-cache", type=int, help="serve.query_cache of the started server; 0: every "
                         "query is embedded (the questions repeat, so by default all but the first are cache hits)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a setting of the started server, e.g. index.embedding.query_int8=true (repeatable)")
     parser.add_argument("--url", help="load this already running server (e.g. one under a profiler) instead of "
                         "starting one; nothing is written unless --output is given explicitly")
     args = parser.parse_args()
@@ -270,7 +279,7 @@ def main() -> int:
         outcome = run_load(args.url, queries, args, None)
     else:
         url = f"http://127.0.0.1:{free_port()}"
-        server = start_server(Path(args.home), int(url.rsplit(":", 1)[1]), args.workers, args.query_cache)
+        server = start_server(Path(args.home), int(url.rsplit(":", 1)[1]), args.workers, server_settings(args))
         try:
             health = wait_until_healthy(url, server)
             if args.workers > 1:  # /health answered from one worker: wait until every worker has loaded
@@ -287,7 +296,7 @@ def main() -> int:
               **{name: value for name, value in outcome.items() if name.endswith("_cpu_ms_per_request")}},
         details={**{name: outcome[name] for name in ("error_kinds", "search_methods_served")},
                  "load_average_1m": round(os.getloadavg()[0], 2), "workers": args.workers,
-                 "warmup_s": args.warmup, "query_cache": args.query_cache},
+                 "warmup_s": args.warmup, "query_cache": args.query_cache, "settings": args.set},
     )  # fmt: skip
     result = new_result(
         "benchmarks/load.py",

@@ -293,3 +293,61 @@ def test_default_is_first_stage_without_a_trained_cross_encoder(store: CorpusSto
         make_reranker(settings, store, method="corank")
     with pytest.raises(ValueError, match="train-reranker"):
         make_reranker(settings, store, method="cross-encoder")
+
+
+# pointwise
+
+
+class GradeBackend:
+    """Says yes in proportion to the grade written in the document (grade NN: log-odds NN / 10); records prompts."""
+
+    name = "grades"
+    model = "grades-1"
+    load_seconds = None
+
+    def __init__(self) -> None:
+        self.prompts: list[str] = []
+
+    def score(self, system: str, user: str, continuations) -> Scoring:
+        self.prompts.append(user)
+        grade = int(re.search(r"grade(\d\d)", user).group(1))  # type: ignore[union-attr]
+        scores = [ContinuationScore(continuation=c, logprob=grade / 10 if c.lower() == "yes" else 0.0, n_tokens=1)
+                  for c in continuations]  # fmt: skip
+        return Scoring(scores=scores, tokens_in=len(user.split()))
+
+    def generate(self, system, user, schema, options) -> Generation:
+        raise AssertionError("pointwise relevance is scored, never generated")
+
+    def close(self) -> None:
+        pass
+
+
+def test_pointwise_orders_the_top_by_p_yes_ties_in_first_stage_order_and_leaves_the_rest(store: CorpusStore):
+    from strata.rerank.pointwise import PointwiseReranker
+
+    backend = GradeBackend()
+    reranker = PointwiseReranker(client_with(backend), PaperTexts(store), RerankSettings(pointwise_depth=30))
+    reranked = reranker.rank("what is best", first_stage(60))
+    head = ids(reranked)[:30]
+    grades = [int(paper_id[1:]) % 7 for paper_id in head]
+    assert grades == sorted(grades, reverse=True)  # by P(yes)
+    for grade in set(grades):  # equal P(yes): first-stage order
+        tied = [paper_id for paper_id in head if int(paper_id[1:]) % 7 == grade]
+        assert tied == sorted(tied)
+    assert ids(reranked)[30:] == [f"p{number:03d}" for number in range(30, 60)]  # below the depth: untouched
+    assert len(backend.prompts) == 30 and reranked.method == "hybrid>pointwise"
+    assert all(prompt.rstrip().endswith("Reply yes or no.") and "Query: what is best" in prompt
+               for prompt in backend.prompts)  # fmt: skip
+
+
+def test_pointwise_is_an_llm_method_the_factory_builds_and_fuses(store: CorpusStore):
+    from strata.rerank.fusion import FusedReranker
+    from strata.rerank.pointwise import PointwiseReranker
+
+    settings = Settings.load(overrides={"rerank.method": "pointwise", "rerank.fusion_weight": 0.5})
+    with pytest.raises(ValueError, match="needs an LLM client"):
+        make_reranker(settings, store)
+    fused = make_reranker(settings, store, client_with(GradeBackend()))
+    assert isinstance(fused, FusedReranker) and isinstance(fused.inner, PointwiseReranker)
+    reranked = fused.rank("what is best", first_stage(20))
+    assert sorted(ids(reranked)) == ids(first_stage(20)) and reranked.method == "hybrid>pointwise+fusion(0.5)"

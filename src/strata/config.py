@@ -72,6 +72,13 @@ class EmbeddingSettings(_Section):
         "train-query-encoder` writes one; a local sentence-transformers folder): it embeds search queries while "
         "documents stay embedded by `model`, so the dense index is kept; unset = `model` embeds queries too",
     )
+    query_int8: bool = Field(
+        default=False,
+        description="Embed search queries with an int8 copy of the query encoder (torch dynamic quantization of its "
+        "linear layers; documents stay float32, so the dense index is kept). One thread, SciFact claims: 21.6 -> 11.2 "
+        "ms per query; SciFact test, 300 claims: nDCG@10 dense 0.654 -> 0.651 (p 0.77), hybrid 0.715 -> 0.712 "
+        "(p 0.46). Off: exact float vectors",
+    )
     batch_size: int = Field(default=64, ge=1, description="Texts per embedding batch")
     threads: int = Field(default=2, ge=1, description="Torch CPU threads used for embedding")
     query_threads: int = Field(
@@ -367,13 +374,14 @@ class RerankSettings(_Section):
     """Reranking stage (CoRank, listwise baselines, cross-encoder) behind one Reranker interface."""
 
     method: Literal[
-        "default", "first-stage", "cross-encoder", "listwise", "sliding-window", "corank", "corank-truncated",
-        "random-pool",
+        "default", "first-stage", "cross-encoder", "pointwise", "listwise", "sliding-window", "corank",
+        "corank-truncated", "random-pool",
     ] = Field(
         default="default",
         description="Reranker: 'default' is the cross-encoder named by cross_encoder_model when set, else "
-        "first-stage ('cross-encoder' uses the one trained by `strata train-reranker`); corank-truncated and "
-        "random-pool are CoRank's controls",
+        "first-stage ('cross-encoder' uses the one trained by `strata train-reranker`); 'pointwise' orders the top "
+        "pointwise_depth by the LLM's P(yes) that each answers the query; corank-truncated and random-pool are "
+        "CoRank's controls",
     )
     stage: Literal["candidates", "subqueries"] = Field(
         default="candidates",
@@ -391,6 +399,9 @@ class RerankSettings(_Section):
     )
     pool: int = Field(default=200, ge=1, description="CoRank: first-stage candidates ranked in the coarse stage")
     fine_k: int = Field(default=20, ge=1, description="CoRank: coarse-stage survivors reranked on full text")
+    pointwise_depth: int = Field(
+        default=20, ge=1, description="Pointwise: top candidates each scored by the LLM's P(yes) (one call each)"
+    )
     listwise_depth: int = Field(default=20, ge=1, description="Vanilla listwise: top candidates reranked in one prompt")
     window: int = Field(default=20, ge=2, description="Sliding window: candidates per prompt")
     stride: int = Field(default=10, ge=1, description="Sliding window: step between windows")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import threading
+import warnings
 from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
@@ -53,6 +54,9 @@ class Embedder:
     def __init__(self, settings: EmbeddingSettings) -> None:
         self.settings = settings
         self.path = resolve_model_path(settings.model)
+        if settings.query_int8 and settings.backend != "sentence-transformers":
+            raise ValueError("index.embedding.query_int8 quantizes a sentence-transformers encoder; the static backend "
+                             "has no model to quantize (unset query_int8 or use backend sentence-transformers)")
         if settings.query_model and settings.backend != "sentence-transformers":
             raise ValueError("index.embedding.query_model adapts a sentence-transformers encoder; the static backend "
                              "embeds queries with its own table (unset query_model or use backend sentence-transformers)")
@@ -101,6 +105,8 @@ class Embedder:
     @property
     def query_model(self) -> SentenceTransformer:
         with _LOAD_LOCK:
+            if self.settings.query_int8:
+                return _load_int8_model(str(self.query_path))
             return _load_model(str(self.query_path))
 
     def _encode(self, texts: Sequence[str], threads: int, query: bool = False) -> np.ndarray:
@@ -140,3 +146,16 @@ def _load_model(path: str) -> SentenceTransformer:
     from sentence_transformers import SentenceTransformer
 
     return SentenceTransformer(path, device="cpu", local_files_only=True)
+
+
+@lru_cache(maxsize=2)
+def _load_int8_model(path: str) -> SentenceTransformer:
+    """A copy of the model at `path` with int8 linear layers (weights quantized once, activations per call, over
+    the whole batch): torch's dynamic quantization, the one int8 path that needs no export step or extra package
+    here. The float32 model stays untouched for the documents."""
+    import torch
+
+    with warnings.catch_warnings():  # torch.ao marks eager quantization deprecated in favour of torchao
+        warnings.simplefilter("ignore", DeprecationWarning)
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.ao.quantization.quantize_dynamic(_load_model(path), {torch.nn.Linear}, dtype=torch.qint8)

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
-from typing import Any, Protocol, TypeGuard
+from typing import Any, Literal, Protocol, TypeGuard
 
 import numpy as np
 from pydantic import BaseModel, Field
@@ -39,6 +40,28 @@ class ContinuationScore(BaseModel):
     def mean_logprob(self) -> float:
         """Per-token average, which does not favour short continuations the way the sum does."""
         return self.logprob / max(self.n_tokens, 1)
+
+
+YES, NO = ("yes", "Yes"), ("no", "No")  # the continuations a yes/no judgement is scored on (either case)
+
+
+class YesNo(BaseModel):
+    """The answer a scored yes/no prompt declares (Read's decisions, the pointwise reranker)."""
+
+    answer: Literal["yes", "no"]
+
+
+def probabilities(scores: Sequence[ContinuationScore]) -> list[float]:
+    """Softmax of summed log-probabilities: the share of each continuation among those scored."""
+    peak = max(score.logprob for score in scores)
+    weights = [math.exp(score.logprob - peak) for score in scores]
+    total = sum(weights)
+    return [weight / total for weight in weights]
+
+
+def yes_share(scores: Sequence[ContinuationScore]) -> float:
+    """P(yes) = p(yes) / (p(yes) + p(no)) from the scores of YES then NO, in that order."""
+    return sum(probabilities(scores)[: len(YES)])
 
 
 def calibrated_logprobs(scores: Sequence[ContinuationScore], prior: Sequence[ContinuationScore]) -> list[float]:

@@ -7,17 +7,14 @@ their text up to the question, so the model reads the paper's passages once per 
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Sequence
 
 from strata.config import ReadSettings
 from strata.documents.model import Candidate, ChunkHit, ContentType
 from strata.llm import LLMClient, Trace
-from strata.llm.backend import ContinuationScore
+from strata.llm.backend import NO, YES, probabilities, yes_share
 from strata.read.model import PaperReading, read_prompts
-
-YES, NO = ("yes", "Yes"), ("no", "No")
 
 
 def flat(text: str) -> str:
@@ -27,14 +24,6 @@ def flat(text: str) -> str:
 
 def numbered(texts: Sequence[str]) -> str:
     return "\n".join(f"[{number}] {flat(text)}" for number, text in enumerate(texts, start=1))
-
-
-def probabilities(scores: Sequence[ContinuationScore]) -> list[float]:
-    """Softmax of summed log-probabilities: the share of each continuation among those scored."""
-    peak = max(score.logprob for score in scores)
-    weights = [math.exp(score.logprob - peak) for score in scores]
-    total = sum(weights)
-    return [weight / total for weight in weights]
 
 
 class LocalReader:
@@ -78,8 +67,7 @@ class LocalReader:
 
     def _p_yes(self, prompt_name: str, fields: dict[str, str], trace: Trace) -> float:
         prompt = read_prompts().render(prompt_name, **fields)
-        shares = probabilities(self.client.score(prompt, [*YES, *NO], trace=trace))
-        return sum(shares[: len(YES)])
+        return yes_share(self.client.score(prompt, [*YES, *NO], trace=trace))
 
     def _supporting(self, fields: dict[str, str], passages: list[ChunkHit], trace: Trace) -> list[ChunkHit]:
         """The passage the model names as stating the answer, plus any others it gives a large share."""

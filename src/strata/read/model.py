@@ -9,6 +9,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, create_model
 
 from strata.documents.model import ChunkHit, Ranking
+from strata.llm.backend import YesNo
 from strata.llm.templates import PromptRegistry
 from strata.llm.trace import Trace
 
@@ -137,10 +138,6 @@ class AskResult(BaseModel):
 
 # What the reader's prompts ask the model for. Scored prompts (yes/no, a passage or option) declare the answer they
 # enumerate; generated answers cite evidence by number only, restricted at decoding time to the numbers given.
-
-
-class YesNo(BaseModel):
-    answer: Literal["yes", "no"]
 
 
 class PassageChoice(BaseModel):

@@ -17,10 +17,11 @@ import pysbd
 from strata.config import ReadSettings
 from strata.index.bm25 import english_analyzer
 from strata.llm import LLMClient, Trace, calibrated_logprobs
+from strata.llm.backend import probabilities
 from strata.read.calculate import calculation_claims
 from strata.documents.model import ChunkHit
 from strata.read.grounding import OptionGrounding, ground, is_insufficient, states_content
-from strata.read.local import flat, is_reference_entry, probabilities
+from strata.read.local import flat, is_reference_entry
 from strata.read.model import (
     Answer,
     AnswerFormat,

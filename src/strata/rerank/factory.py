@@ -10,6 +10,7 @@ from strata.rerank.crossencoder import CrossEncoderReranker, cross_encoder_sourc
 from strata.rerank.features import CompactFeatures, ExtractionReport, FeatureCache, features_path
 from strata.rerank.fusion import FusedReranker
 from strata.rerank.listwise import ListwiseLLM
+from strata.rerank.pointwise import PointwiseReranker
 from strata.rerank.rerankers import (
     CoarseToFineReranker,
     ListwiseReranker,
@@ -22,7 +23,7 @@ from strata.rerank.texts import PaperTexts
 from strata.store.protocol import PaperStore
 from strata.progress import Progress
 
-LLM_METHODS = ("listwise", "sliding-window", "corank", "corank-truncated", "random-pool")
+LLM_METHODS = ("pointwise", "listwise", "sliding-window", "corank", "corank-truncated", "random-pool")
 
 
 def make_reranker(
@@ -32,7 +33,7 @@ def make_reranker(
     `rerank.fusion_weight` (unset: the weight chosen when the cross-encoder was trained, else the reranker alone).
 
     'default' needs no LLM: the cross-encoder named by rerank.cross_encoder_model, else first-stage.
-    The listwise methods need `client`.
+    The LLM methods (pointwise and the listwise ones) need `client`.
     """
     method = method or settings.rerank.method
     weight = settings.rerank.fusion_weight
@@ -69,6 +70,8 @@ def _reranker(settings: Settings, store: PaperStore, client: LLMClient | None, m
         raise ValueError(f"unknown rerank method {method!r}")
     if client is None:
         raise ValueError(f"rerank method {method!r} needs an LLM client")
+    if method == "pointwise":
+        return PointwiseReranker(client, texts, rerank)
     llm = ListwiseLLM(client, rerank.window_tokens, rerank.listwise_answer)
     if method == "listwise":
         return ListwiseReranker(llm, texts, rerank)

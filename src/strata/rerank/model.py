@@ -9,6 +9,7 @@ from typing import Annotated
 from pydantic import BaseModel, Field, create_model
 from pydantic.json_schema import JsonDict
 
+from strata.llm.backend import YesNo
 from strata.llm.templates import PromptRegistry
 
 TITLE_CHARS = 24
@@ -77,5 +78,5 @@ def section_gists_schema(count: int) -> type[SectionGists]:
 def rerank_prompts() -> PromptRegistry:
     """The reranking prompts (`strata/rerank/prompts/`), loaded and validated once."""
     return PromptRegistry.from_directory(
-        Path(__file__).with_name("prompts"), [RankedIds, DocumentFeatures, SectionGists]
+        Path(__file__).with_name("prompts"), [RankedIds, DocumentFeatures, SectionGists, YesNo]
     )

@@ -1,0 +1,40 @@
+"""Pointwise LLM relevance: each of the top candidates scored alone by P(yes) that it answers the query.
+
+A small model ranks a list poorly when it must write the list (the 0.5B returned the input order), but a scored
+yes/no needs no generation: the log-probabilities of 'yes' and 'no' as the answer's first word give
+P(yes) = p(yes) / (p(yes) + p(no)), a relevance score per candidate (monoT5's recipe, Nogueira et al. 2020, with an
+instruction model instead of a fine-tuned one). One call per candidate, so `pointwise_depth` bounds the cost; the
+LLM response cache makes a rerun of the same query and candidates free.
+"""
+
+from __future__ import annotations
+
+from strata.config import RerankSettings
+from strata.documents.model import Ranking
+from strata.llm import LLMClient
+from strata.llm.backend import NO, YES, yes_share
+from strata.rerank.model import rerank_prompts
+from strata.rerank.rerankers import reordered
+from strata.rerank.texts import PaperTexts
+
+
+class PointwiseReranker:
+    """The top `pointwise_depth` candidates ordered by P(yes), ties in first-stage order; the rest keep theirs."""
+
+    name = "pointwise"
+
+    def __init__(self, client: LLMClient, texts: PaperTexts, settings: RerankSettings) -> None:
+        self.client, self.texts, self.settings = client, texts, settings
+        self._prompts = rerank_prompts()
+
+    def relevance(self, query: str, paper_id: str) -> float:
+        """P(yes) that the paper's title and first `passage_words` words answer `query`."""
+        document = " ".join(self.texts.passage(paper_id, self.settings.passage_words).split())
+        prompt = self._prompts.render("rerank_pointwise", document=document, query=query)
+        return yes_share(self.client.score(prompt, [*YES, *NO]))
+
+    def rank(self, query: str, candidates: Ranking) -> Ranking:
+        top = candidates.candidates[: self.settings.pointwise_depth]
+        scores = [self.relevance(query, candidate.paper_id) for candidate in top]
+        order = sorted(range(len(top)), key=lambda index: (-scores[index], index))
+        return reordered(candidates, [top[index] for index in order], self.name)
