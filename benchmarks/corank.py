@@ -95,6 +95,7 @@ def bench_settings(args: argparse.Namespace) -> Settings:
             "rerank.fine_k": args.fine_k,
             "rerank.listwise_depth": args.listwise_depth,
             "rerank.pointwise_depth": args.listwise_depth,  # the same top 20 as vanilla listwise
+            "rerank.fusion_weight": 1.0,  # rerankers unfused (not even by the environment): fused rows are made here
             "rerank.sliding_depth": args.sliding_depth,
             "rerank.window": args.window,
             "rerank.stride": args.stride,
@@ -294,6 +295,8 @@ def listwise_method(bench: Bench, store, client, method: str, queries, capped: d
     seconds = time.perf_counter() - started
     total = TraceSummary.total(summaries)
     llm = getattr(reranker, "llm", None)  # the listwise ones parse written lists; pointwise scores, parses nothing
+    if isinstance(reranker, FusedReranker):
+        raise ValueError("the benchmark measures rerankers unfused (rerank.fusion_weight 1)")
     errors: ParseErrors = llm.errors if llm is not None else ParseErrors()
     n = max(len(queries), 1)
     cost = {
@@ -306,7 +309,7 @@ def listwise_method(bench: Bench, store, client, method: str, queries, capped: d
     bench.row(f"hybrid > {method}", rankings, len(queries), "llm", against="hybrid (first stage)", **cost,
               parse_errors=errors.model_dump())
     fusion = FusedReranker(Rescored(rankings, method), LLM_FUSION_WEIGHT, bench.settings.search.rrf_k)
-    fused = {query.id: fusion.rank(query.text, capped[query.id]) for query in queries}
+    fused = {query.id: fusion.rank(capped[query.id].query, capped[query.id]) for query in queries}
     bench.row(f"hybrid > {method}+fusion", fused, len(queries), "llm", against="hybrid (first stage)", **cost,
               fusion_weight=LLM_FUSION_WEIGHT)
 

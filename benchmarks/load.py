@@ -7,8 +7,9 @@ not share one interpreter lock (`--workers N`: serve.workers, N server processes
 loaded). The clients run on the same machine, so they share its cores with the server: each run records the CPU
 milliseconds per request that each spent, and the 1-minute load average (other jobs on the machine move req/s).
 Queries are the LitQA2 questions, cycled (`--queries`: another JSON-lines file, e.g. SciFact's claims, which
-repeat far less; `--query-cache 0` turns the server's query-vector cache off; `--warmup S`: S seconds of load
-before the measured ones, so one-time costs such as first embeddings are not counted). Bounded: the clients stop at the deadline,
+repeat far less; `--set serve.query_cache=0` turns the server's query-vector cache off; `--warmup S`: S seconds
+of load before the measured ones, so one-time costs such as first embeddings are not counted; the measured run starts
+again at the first query). Bounded: the clients stop at the deadline,
 the server is stopped at the end. Writes benchmarks/results/load.json (strata.eval.results; experiments of other
 names already in the file are kept, so a `--name 'hybrid (before)'` run stays beside the current one) and prints
 a table. The clients speak plain keep-alive HTTP/1.1 (`--client httpx` for the AsyncClient of the first runs, which
@@ -26,7 +27,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from urllib.parse import urlencode
 
@@ -45,7 +46,17 @@ STARTUP_TIMEOUT_S = 300  # the server loads the query encoder before it answers
 def read_queries(path: Path) -> list[str]:
     """The query texts of a JSON-lines file: LitQA2's `question`, or a BEIR queries file's `text`."""
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return [row["question"] if "question" in row else row["text"] for row in rows]
+    texts = [row.get("question") or row.get("text") for row in rows]
+    if not texts or not all(isinstance(text, str) and text for text in texts):
+        raise SystemExit(f"{path}: expected JSON lines each with a 'question' or 'text' string")
+    return texts  # checked above: all str
+
+
+def setting(text: str) -> str:
+    """A `--set` value: KEY=VALUE."""
+    if "=" not in text or not text.split("=", 1)[0]:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE (e.g. serve.query_cache=0), got {text!r}")
+    return text
 
 
 def free_port() -> int:
@@ -54,7 +65,7 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def start_server(home: Path, port: int, workers: int = 1, settings: list[str] = ()) -> subprocess.Popen:
+def start_server(home: Path, port: int, workers: int = 1, settings: Sequence[str] = ()) -> subprocess.Popen:
     """`strata serve` with these extra `KEY=VALUE` settings (`--KEY VALUE` on its command line)."""
     command = [sys.executable, "-m", "strata.cli", "serve", "--host", "127.0.0.1", "--port", str(port),
                "--store.home", str(home), "--serve.workers", str(workers)]
@@ -224,11 +235,6 @@ def run_load(url: str, queries: list[str], args: argparse.Namespace, server: psu
     return metered(lambda: uvloop.run(clients), server)
 
 
-def server_settings(args: argparse.Namespace) -> list[str]:
-    cache = [] if args.query_cache is None else [f"serve.query_cache={args.query_cache}"]
-    return cache + args.set
-
-
 def summary(latencies: list[float], errors: dict[str, int], methods: set[str], elapsed: float) -> dict:
     ms = np.array(latencies) * 1000 if latencies else np.zeros(1)
     return {
@@ -262,15 +268,17 @@ def main() -> int:
                         "e.g. SciFact's 1,109 claims, repeats far less)")
     parser.add_argument("--warmup", type=float, default=0.0,
                         help="seconds of the same load before the measured --seconds (not counted)")
-    parser.add_argument("--query-cache", type=int, help="serve.query_cache of the started server; 0: every "
-                        "query is embedded (the questions repeat, so by default all but the first are cache hits)")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="a setting of the started server, e.g. index.embedding.query_int8=true (repeatable)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", type=setting,
+                        help="a setting of the started server (repeatable), e.g. serve.query_cache=0 (every query "
+                        "embedded: the questions repeat, so by default all but the first are cache hits) or "
+                        "index.embedding.query_int8=true")
     parser.add_argument("--url", help="load this already running server (e.g. one under a profiler) instead of "
                         "starting one; nothing is written unless --output is given explicitly")
     args = parser.parse_args()
 
-    query_file = Path(args.queries)
+    if args.url and args.set:
+        parser.error("--set configures the server load.py starts; it cannot change one already running (--url)")
+    query_file = Path(args.queries).resolve()
     queries = read_queries(query_file)
     # LitQA2's folder holds questions.jsonl; a BEIR dataset's queries.jsonl sits in DATASET/beir/.
     dataset = query_file.parent.parent.name if query_file.parent.name == "beir" else query_file.parent.name
@@ -279,7 +287,7 @@ def main() -> int:
         outcome = run_load(args.url, queries, args, None)
     else:
         url = f"http://127.0.0.1:{free_port()}"
-        server = start_server(Path(args.home), int(url.rsplit(":", 1)[1]), args.workers, server_settings(args))
+        server = start_server(Path(args.home), int(url.rsplit(":", 1)[1]), args.workers, args.set)
         try:
             health = wait_until_healthy(url, server)
             if args.workers > 1:  # /health answered from one worker: wait until every worker has loaded
@@ -296,7 +304,7 @@ def main() -> int:
               **{name: value for name, value in outcome.items() if name.endswith("_cpu_ms_per_request")}},
         details={**{name: outcome[name] for name in ("error_kinds", "search_methods_served")},
                  "load_average_1m": round(os.getloadavg()[0], 2), "workers": args.workers,
-                 "warmup_s": args.warmup, "query_cache": args.query_cache, "settings": args.set},
+                 "warmup_s": args.warmup, "settings": args.set},
     )  # fmt: skip
     result = new_result(
         "benchmarks/load.py",

@@ -814,8 +814,8 @@ def load_sections(results: dict[str, ResultFile]) -> str:
             e.name,
             str(r.settings["clients"]),
             f"{e.dataset} ({e.queries})",
-            f"{e.details.get('warmup_s') or 0:.0f}",
-            _query_cache(e.details.get("query_cache")),
+            f"{e.details.get('warmup_s') or 0:g}",
+            ", ".join(e.details.get("settings") or []) or "-",
             f"{e.metrics['requests_ok']:.0f}",
             f"{e.metrics['errors']:.0f}",
             f"{e.metrics['throughput_rps']:.1f}",
@@ -830,23 +830,20 @@ def load_sections(results: dict[str, ResultFile]) -> str:
     lines = [
         "### Load test: HTTP `/search` on loopback",
         "",
-        markdown_table(["run", "clients", "queries cycled", "warm-up s", "query cache", "requests ok", "errors", "req/s", "p50 ms", "p95 ms", "p99 ms"], rows),
+        markdown_table(["run", "clients", "queries cycled", "warm-up s", "server settings", "requests ok", "errors", "req/s", "p50 ms", "p95 ms", "p99 ms"], rows),
         "",
         f"Caps: {first.settings['clients']} concurrent clients for {first.settings['seconds']:.0f} s per method, "
         f"k {first.settings['k']}, corpus {corpus['papers']} papers / {corpus['chunks']:,} chunks; {machine.cpus} "
-        f"CPUs{load}. Warm-up: seconds of the same load before the measured ones (not counted). Query cache: the "
-        "server's `serve.query_cache` (default 4096: a repeated query skips the encoder; with 0, only queries "
-        "waiting at the same moment share one embedding).",
+        f"CPUs{load}. Warm-up: seconds of the same load before the measured ones (not counted). Server settings: "
+        "those not at their defaults; `serve.query_cache=0` turns off the cache of query vectors (default 4096 "
+        "queries: a repeated query skips the encoder), so only queries waiting at the same moment share one "
+        "embedding.",
         *dict.fromkeys(note for name, result in results.items() for note in notes(name, result)),
         "Source: `benchmarks/results/load*.json` ("
         + ", ".join(f"`{e.command or _script(r)}`" for r, e in runs)
         + ").",
     ]
     return "\n".join(lines)
-
-
-def _query_cache(size: int | None) -> str:
-    return "default" if size is None else "off" if size == 0 else str(size)
 
 
 def llm_section(name: str, result: ResultFile) -> str:
@@ -932,6 +929,27 @@ def query_encoder_section(name: str, result: ResultFile) -> str:
     return "\n".join(lines)
 
 
+def query_int8_section(name: str, result: ResultFile) -> str:
+    rows = [[e.group or "", e.method, str(e.queries), _score(e.metrics["nDCG@10"]), _score(e.metrics.get("R@100")),
+             _paired(e)] for e in result.experiments if e.metrics]  # fmt: skip
+    (timing,) = [e for e in result.experiments if not e.metrics]
+    load = result.machine.load_average_1m
+    return "\n".join(
+        [
+            "### The int8 query encoder (SciFact)",
+            "",
+            markdown_table(["claims", "method", "queries", "nDCG@10", "R@100", "p (paired, vs)"], rows),
+            "",
+            f"Query embedding, one thread, each of {timing.queries} claims alone, the two encoders interleaved: "
+            f"float {timing.cost['float_ms_per_query']:.1f} ms, int8 {timing.cost['int8_ms_per_query']:.1f} ms per "
+            f"query (x{timing.cost['int8_time_ratio']:.2f})"
+            + (f"; 1-minute load {load:.1f}, so compare the ratio" if load is not None else "")
+            + ". Documents keep their float vectors (`index.embedding.query_int8`).",
+            source_line(name, result),
+        ]
+    )
+
+
 def ingest_section(name: str, result: ResultFile) -> str:
     rows = []
     for e in result.experiments:
@@ -977,6 +995,7 @@ SECTIONS: tuple[tuple[str, Section], ...] = (
     ("benchmarks/ingest_speed.py", each_file(ingest_section)),
     ("benchmarks/embed.py", each_file(embed_section)),
     ("benchmarks/query_encoder.py", each_file(query_encoder_section)),
+    ("benchmarks/query_int8.py", each_file(query_int8_section)),
     ("benchmarks/load.py", load_sections),
     ("benchmarks/llm.py", each_file(llm_section)),
 )

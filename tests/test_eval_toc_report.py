@@ -126,7 +126,7 @@ def test_scale_load_and_reliability_results_are_rendered_with_extrapolation_mark
                    cost={"peak_rss_mb": 300}, details={"worker_returncode": 0, "per_file_timeout_s": 30.0,
                                                        "memory_limit_mb": 6144}),
     ])  # fmt: skip
-    results = {"scale.json": scale, "load.json": load_run("hybrid", 900.0, 0, {"warmup_s": 5.0, "query_cache": 0}),
+    results = {"scale.json": scale, "load.json": load_run("hybrid", 900.0, 0, {"warmup_s": 5.0, "settings": ["serve.query_cache=0"]}),
                "load-bm25.json": load_run("bm25", 200.0, 2), "reliability.json": reliability}  # fmt: skip
 
     text = load_report().render_page(results, tmp_path)
@@ -139,8 +139,8 @@ def test_scale_load_and_reliability_results_are_rendered_with_extrapolation_mark
     (source,) = [line for line in text.splitlines() if line.startswith("Source: `benchmarks/results/scale.json`")]
     assert "`python benchmarks/scale.py --sizes 100000`" in source and "--sizes 500000`" in source
     assert "| hybrid | 0.7000 | 0.7000 | +0.0000 | 100 / 100 |" in text
-    assert "| bm25 | 50 | litqa2 (23) | 0 | default | 100 | 2 | 3.3 | 200 | 400 | 600 |" in text
-    assert "| hybrid | 50 | litqa2 (23) | 5 | off | 100 | 0 | 3.3 | 900 |" in text
+    assert "| bm25 | 50 | litqa2 (23) | 0 | - | 100 | 2 | 3.3 | 200 | 400 | 600 |" in text
+    assert "| hybrid | 50 | litqa2 (23) | 5 | serve.query_cache=0 | 100 | 0 | 3.3 | 900 |" in text
     assert "| documents lost | 0 |" in text and "| hangs (past the per-file limit) | 1 |" in text
     assert "| LLM calls ending in a clear error | - |" in text  # no LLM part in this file
     assert "### Figures" not in text  # none drawn in this folder

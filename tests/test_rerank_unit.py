@@ -310,7 +310,7 @@ class GradeBackend:
 
     def score(self, system: str, user: str, continuations) -> Scoring:
         self.prompts.append(user)
-        grade = int(re.search(r"grade(\d\d)", user).group(1))  # type: ignore[union-attr]
+        grade = int(GRADE.search(user).group(1))  # type: ignore[union-attr]
         scores = [ContinuationScore(continuation=c, logprob=grade / 10 if c.lower() == "yes" else 0.0, n_tokens=1)
                   for c in continuations]  # fmt: skip
         return Scoring(scores=scores, tokens_in=len(user.split()))
@@ -338,6 +338,19 @@ def test_pointwise_orders_the_top_by_p_yes_ties_in_first_stage_order_and_leaves_
     assert len(backend.prompts) == 30 and reranked.method == "hybrid>pointwise"
     assert all(prompt.rstrip().endswith("Reply yes or no.") and "Query: what is best" in prompt
                for prompt in backend.prompts)  # fmt: skip
+    assert "Document: Paper000 grade00. word word" in backend.prompts[0]  # title, then the text's first words
+    assert reranker.rank("what is best", first_stage(0)).candidates == [] and len(backend.prompts) == 30
+
+
+def test_pointwise_asks_nothing_about_a_paper_without_text_and_ranks_it_below_those_judged(store: CorpusStore):
+    from strata.rerank.pointwise import PointwiseReranker
+
+    store.put_paper(Paper(id="p200", title="", abstract="", source_format="test"), "sha")
+    backend = GradeBackend()
+    reranker = PointwiseReranker(client_with(backend), PaperTexts(store), RerankSettings(pointwise_depth=5))
+    empty_first = Ranking(query="q", method="hybrid", candidates=[
+        Candidate(paper_id="p200", score=2.0, rank=1), *first_stage(4).candidates])  # fmt: skip
+    assert ids(reranker.rank("q", empty_first))[-1] == "p200" and len(backend.prompts) == 4
 
 
 def test_pointwise_is_an_llm_method_the_factory_builds_and_fuses(store: CorpusStore):

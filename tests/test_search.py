@@ -256,34 +256,34 @@ def test_queries_batched_together_rank_exactly_as_one_by_one(subset: Subset, met
 
 
 def test_an_int8_query_encoder_keeps_the_documents_and_nearly_every_ranking(embedded_subset: Subset) -> None:
-    """index.embedding.query_int8: queries by an int8 copy (close to the float vectors, not equal), documents by the
-    float model as before; the batcher embeds each text alone, as quantization ranges span a batch."""
+    """index.embedding.query_int8: queries by an int8 copy (close to the float vectors, not equal), each the same
+    vector however it is batched; documents by the float model as before."""
     exact = embedded_subset.index.dense.embedder
     int8 = Embedder(exact.settings.model_copy(update={"query_int8": True}))
     queries = [query.text for query in embedded_subset.dataset.queries]
     document = "Thermal stress bleaches corals when symbiotic algae leave the host tissue."
     assert np.array_equal(int8.embed([document]), exact.embed([document]))
     quantized, floats = int8.embed_queries(queries), exact.embed_queries(queries)
+    assert all(np.array_equal(row, int8.embed_query(query)) for row, query in zip(quantized[:5], queries))
     assert not np.array_equal(quantized, floats)
-    # Cosine 0.90-0.96 to the float vectors here, yet every document moves alike: the rankings barely change.
-    assert float(np.min(np.sum(quantized * floats, axis=1))) > 0.85
+    assert float(np.min(np.sum(quantized * floats, axis=1))) > 0.9
     run = {
         query.id: {c.paper_id: c.score for c in
                    embedded_subset.searcher.search(query.text, 100, "dense", query_vector=vector).candidates}
         for query, vector in zip(embedded_subset.dataset.queries, quantized)
     }  # fmt: skip
     assert evaluate_run(run, embedded_subset.dataset.qrels)[0]["nDCG@10"] == pytest.approx(
-        ndcg_at_10(embedded_subset, "dense"), abs=0.03
+        ndcg_at_10(embedded_subset, "dense"), abs=0.03  # 30 queries: within noise of the float ranking
     )
     batcher = QueryBatcher(int8, cache_size=0)
     try:
         with TORCH_LOCK:  # gather every submit into one round
             futures = [batcher.submit(query) for query in queries[:6]]
-        vectors = [future.result(timeout=120) for future in futures]
-        assert batcher.calls == 6
-        assert all(np.array_equal(vector, int8.embed_query(query)) for vector, query in zip(vectors, queries))
+        assert all(np.array_equal(future.result(timeout=120), row) for future, row in zip(futures, quantized))
     finally:
         batcher.close()
+    with pytest.raises(ValueError, match="query_int8"):
+        Embedder(exact.settings.model_copy(update={"query_int8": True, "backend": "static"}))
 
 
 def test_query_cache_returns_the_same_vector_without_the_encoder(subset: Subset) -> None:

@@ -117,13 +117,16 @@ class Embedder:
         model = self.query_model if query else self.model
         import torch
 
+        # An int8 model quantizes its activations over the whole batch, so a query's vector would depend on the
+        # queries batched with it: each is embedded alone, as a search embeds it.
+        batch = 1 if query and self.settings.query_int8 else self.settings.batch_size
         # Torch's thread count is process-wide: encode one batch at a time, each with the count it asked for.
         with TORCH_LOCK:
             if torch.get_num_threads() != threads:
                 torch.set_num_threads(threads)
             vectors = model.encode(
                 list(texts),
-                batch_size=self.settings.batch_size,
+                batch_size=batch,
                 normalize_embeddings=True,
                 convert_to_numpy=True,
                 show_progress_bar=False,

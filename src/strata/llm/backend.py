@@ -46,7 +46,7 @@ YES, NO = ("yes", "Yes"), ("no", "No")  # the continuations a yes/no judgement i
 
 
 class YesNo(BaseModel):
-    """The answer a scored yes/no prompt declares (Read's decisions, the pointwise reranker)."""
+    """The answer a yes/no prompt declares; `LLMClient.p_yes` scores it."""
 
     answer: Literal["yes", "no"]
 
@@ -57,11 +57,6 @@ def probabilities(scores: Sequence[ContinuationScore]) -> list[float]:
     weights = [math.exp(score.logprob - peak) for score in scores]
     total = sum(weights)
     return [weight / total for weight in weights]
-
-
-def yes_share(scores: Sequence[ContinuationScore]) -> float:
-    """P(yes) = p(yes) / (p(yes) + p(no)) from the scores of YES then NO, in that order."""
-    return sum(probabilities(scores)[: len(YES)])
 
 
 def calibrated_logprobs(scores: Sequence[ContinuationScore], prior: Sequence[ContinuationScore]) -> list[float]:

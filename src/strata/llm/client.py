@@ -9,7 +9,16 @@ from typing import Any, Literal, TypeVar, overload
 from pydantic import BaseModel
 
 from strata.config import LLMSettings, Settings
-from strata.llm.backend import Backend, ContinuationScore, Generation, GenerationOptions, Scoring
+from strata.llm.backend import (
+    NO,
+    YES,
+    Backend,
+    ContinuationScore,
+    Generation,
+    GenerationOptions,
+    Scoring,
+    probabilities,
+)
 from strata.llm.cache import ResponseCache
 from strata.llm.errors import LLMOutputError
 from strata.llm.templates import Prompt
@@ -117,6 +126,11 @@ class LLMClient:
         )
         self._record(trace, prompt, "score", generation, started, 0, hit, ok=True)
         return scoring.scores
+
+    def p_yes(self, prompt: Prompt, *, trace: Trace | None = None) -> float:
+        """P(yes) = p(yes) / (p(yes) + p(no)), 'yes' and 'no' in either case, as the start of the answer to
+        `prompt`: a yes/no judgement scored, not written."""
+        return sum(probabilities(self.score(prompt, [*YES, *NO], trace=trace))[: len(YES)])
 
     def close(self) -> None:
         self.backend.close()

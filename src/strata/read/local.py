@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from strata.config import ReadSettings
 from strata.documents.model import Candidate, ChunkHit, ContentType
 from strata.llm import LLMClient, Trace
-from strata.llm.backend import NO, YES, probabilities, yes_share
+from strata.llm.backend import probabilities
 from strata.read.model import PaperReading, read_prompts
 
 
@@ -67,7 +67,7 @@ class LocalReader:
 
     def _p_yes(self, prompt_name: str, fields: dict[str, str], trace: Trace) -> float:
         prompt = read_prompts().render(prompt_name, **fields)
-        return yes_share(self.client.score(prompt, [*YES, *NO], trace=trace))
+        return self.client.p_yes(prompt, trace=trace)
 
     def _supporting(self, fields: dict[str, str], passages: list[ChunkHit], trace: Trace) -> list[ChunkHit]:
         """The passage the model names as stating the answer, plus any others it gives a large share."""

@@ -12,7 +12,6 @@ from __future__ import annotations
 from strata.config import RerankSettings
 from strata.documents.model import Ranking
 from strata.llm import LLMClient
-from strata.llm.backend import NO, YES, yes_share
 from strata.rerank.model import rerank_prompts
 from strata.rerank.rerankers import reordered
 from strata.rerank.texts import PaperTexts
@@ -28,10 +27,12 @@ class PointwiseReranker:
         self._prompts = rerank_prompts()
 
     def relevance(self, query: str, paper_id: str) -> float:
-        """P(yes) that the paper's title and first `passage_words` words answer `query`."""
+        """P(yes) that the paper's title and first `passage_words` words answer `query`; 0 for a paper with neither
+        (nothing to judge, and a model asked about an empty document still answers)."""
         document = " ".join(self.texts.passage(paper_id, self.settings.passage_words).split())
-        prompt = self._prompts.render("rerank_pointwise", document=document, query=query)
-        return yes_share(self.client.score(prompt, [*YES, *NO]))
+        if not document:
+            return 0.0
+        return self.client.p_yes(self._prompts.render("rerank_pointwise", document=document, query=query))
 
     def rank(self, query: str, candidates: Ranking) -> Ranking:
         top = candidates.candidates[: self.settings.pointwise_depth]

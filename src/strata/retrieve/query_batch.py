@@ -147,12 +147,8 @@ class QueryBatcher:
 
     def _batch_key_function(self) -> Callable[[Sequence[str]], list[Hashable]]:
         """What texts must share to be embedded in one call with the vectors one-by-one calls give: the token length
-        (no padding) for a transformer; each text alone for any other encoder (nothing is assumed about it) and for
-        an int8 one (its activations are quantized over the whole batch, so a batch changes every vector)."""
-        settings = self.embedder.settings
-        if getattr(settings, "backend", "sentence-transformers") != "sentence-transformers" or getattr(
-            settings, "query_int8", False
-        ):
+        (no padding) for a transformer; each text alone for any other encoder (nothing is assumed about it)."""
+        if getattr(self.embedder.settings, "backend", "sentence-transformers") != "sentence-transformers":
             return lambda texts: list(texts)
         model = self.embedder.query_model
         tokenizer = model.tokenizer
