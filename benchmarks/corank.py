@@ -294,9 +294,9 @@ def listwise_method(bench: Bench, store, client, method: str, queries, capped: d
         summaries.append(_only_ranking(trace))
     seconds = time.perf_counter() - started
     total = TraceSummary.total(summaries)
-    llm = getattr(reranker, "llm", None)  # the listwise ones parse written lists; pointwise scores, parses nothing
     if isinstance(reranker, FusedReranker):
         raise ValueError("the benchmark measures rerankers unfused (rerank.fusion_weight 1)")
+    llm = getattr(reranker, "llm", None)  # the listwise ones parse written lists; pointwise scores, parses nothing
     errors: ParseErrors = llm.errors if llm is not None else ParseErrors()
     n = max(len(queries), 1)
     cost = {

@@ -19,12 +19,11 @@ from pathlib import Path
 import numpy as np
 
 from strata.config import Settings
-from strata.corpus import Corpus
 from strata.encoders.embedder import Embedder
 from strata.eval.beir import BeirDataset, load_beir
 from strata.eval.compare import paired_p_value
 from strata.eval.results import DatasetRef, Experiment, new_result, repo_relative, write_result
-from strata.eval.retrieval import _strict_scores, evaluate_run
+from strata.eval.retrieval import run_retrieval_eval
 
 ROOT = Path(__file__).resolve().parent
 SCIFACT = ROOT.parent.parent / "shared" / "data" / "scifact" / "beir"
@@ -44,29 +43,23 @@ def settings_for(store: Path, int8: bool) -> Settings:
     return Settings.load(overrides={"store.home": str(store), "index.embedding.query_int8": int8})
 
 
-def rankings(settings: Settings, dataset: BeirDataset, method: str) -> dict[str, dict[str, float]]:
-    with Corpus.open(settings) as corpus:
-        return {query.id: _strict_scores(corpus.searcher.search(query.text, k=100, method=method))
-                for query in dataset.queries}  # fmt: skip
-
-
-def quality_rows(store: Path, label: str, dataset: BeirDataset) -> list[Experiment]:
+def quality_rows(store: Path, label: str, split: str) -> list[Experiment]:
     rows = []
     for method in ("dense", "hybrid"):
-        per_query = {}
+        ndcg = {}
         for name, int8 in VARIANTS.items():
-            metrics, per_query[name] = evaluate_run(rankings(settings_for(store, int8), dataset, method), dataset.qrels)
+            result = run_retrieval_eval(settings_for(store, int8), SCIFACT, method, split, store_home=store)
+            ndcg[name] = {row.query_id: row.metrics["nDCG@10"] for row in result.per_query}
             details = {}
             if int8:
-                ids = sorted(per_query["float"])
+                ids = sorted(ndcg["float"])
                 details["paired_test"] = {"against": f"{method}, float query encoder", "metric": "nDCG@10",
-                                          "p_value": paired_p_value(
-                                              np.array([per_query["float"][q]["nDCG@10"] for q in ids]),
-                                              np.array([per_query["int8"][q]["nDCG@10"] for q in ids]))}  # fmt: skip
+                                          "p_value": paired_p_value(np.array([ndcg["float"][q] for q in ids]),
+                                                                    np.array([ndcg["int8"][q] for q in ids]))}
             rows.append(Experiment(
                 name=f"{label}: {method}, {name}", method=f"{method}, {name} query encoder",
-                dataset=f"scifact ({label})", group=label, queries=len(per_query[name]),
-                metrics={k: round(v, 4) for k, v in metrics.items()}, details=details,
+                dataset=f"scifact ({label})", group=label, queries=result.queries,
+                metrics={k: round(v, 4) for k, v in result.metrics.items()}, details=details,
             ))  # fmt: skip
             print(rows[-1].model_dump_json(), flush=True)
     return rows
@@ -105,7 +98,7 @@ def main() -> None:
                                    fingerprint=dataset.fingerprint, split=split))  # fmt: skip
         if split == "test":
             experiments.append(timing_row(args.store, dataset))
-        experiments += quality_rows(args.store, label, dataset)
+        experiments += quality_rows(args.store, label, split)
     write_result(new_result("benchmarks/query_int8.py", experiments, datasets=datasets), args.output)
     for row in experiments:
         p = row.details.get("paired_test", {}).get("p_value")

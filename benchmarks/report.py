@@ -830,7 +830,8 @@ def load_sections(results: dict[str, ResultFile]) -> str:
     lines = [
         "### Load test: HTTP `/search` on loopback",
         "",
-        markdown_table(["run", "clients", "queries cycled", "warm-up s", "server settings", "requests ok", "errors", "req/s", "p50 ms", "p95 ms", "p99 ms"], rows),
+        markdown_table(["run", "clients", "queries cycled", "warm-up s", "server settings", "requests ok", "errors",
+                        "req/s", "p50 ms", "p95 ms", "p99 ms"], rows),
         "",
         f"Caps: {first.settings['clients']} concurrent clients for {first.settings['seconds']:.0f} s per method, "
         f"k {first.settings['k']}, corpus {corpus['papers']} papers / {corpus['chunks']:,} chunks; {machine.cpus} "

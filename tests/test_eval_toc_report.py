@@ -126,7 +126,8 @@ def test_scale_load_and_reliability_results_are_rendered_with_extrapolation_mark
                    cost={"peak_rss_mb": 300}, details={"worker_returncode": 0, "per_file_timeout_s": 30.0,
                                                        "memory_limit_mb": 6144}),
     ])  # fmt: skip
-    results = {"scale.json": scale, "load.json": load_run("hybrid", 900.0, 0, {"warmup_s": 5.0, "settings": ["serve.query_cache=0"]}),
+    cacheless = {"warmup_s": 5.0, "settings": ["serve.query_cache=0"]}
+    results = {"scale.json": scale, "load.json": load_run("hybrid", 900.0, 0, cacheless),
                "load-bm25.json": load_run("bm25", 200.0, 2), "reliability.json": reliability}  # fmt: skip
 
     text = load_report().render_page(results, tmp_path)

@@ -42,9 +42,6 @@ class ContinuationScore(BaseModel):
         return self.logprob / max(self.n_tokens, 1)
 
 
-YES, NO = ("yes", "Yes"), ("no", "No")  # the continuations a yes/no judgement is scored on (either case)
-
-
 class YesNo(BaseModel):
     """The answer a yes/no prompt declares; `LLMClient.p_yes` scores it."""
 

@@ -9,16 +9,7 @@ from typing import Any, Literal, TypeVar, overload
 from pydantic import BaseModel
 
 from strata.config import LLMSettings, Settings
-from strata.llm.backend import (
-    NO,
-    YES,
-    Backend,
-    ContinuationScore,
-    Generation,
-    GenerationOptions,
-    Scoring,
-    probabilities,
-)
+from strata.llm.backend import Backend, ContinuationScore, Generation, GenerationOptions, Scoring, probabilities
 from strata.llm.cache import ResponseCache
 from strata.llm.errors import LLMOutputError
 from strata.llm.templates import Prompt
@@ -31,6 +22,9 @@ RETRY_NOTE = (
     "\n\nYour previous answer could not be used: {reason}. "
     "Answer again with exactly one JSON object that fits the required schema."
 )
+
+
+_YES, _NO = ("yes", "Yes"), ("no", "No")  # the continuations a yes/no judgement is scored on (either case)
 
 
 class LLMClient:
@@ -130,7 +124,7 @@ class LLMClient:
     def p_yes(self, prompt: Prompt, *, trace: Trace | None = None) -> float:
         """P(yes) = p(yes) / (p(yes) + p(no)), 'yes' and 'no' in either case, as the start of the answer to
         `prompt`: a yes/no judgement scored, not written."""
-        return sum(probabilities(self.score(prompt, [*YES, *NO], trace=trace))[: len(YES)])
+        return sum(probabilities(self.score(prompt, [*_YES, *_NO], trace=trace))[: len(_YES)])
 
     def close(self) -> None:
         self.backend.close()
