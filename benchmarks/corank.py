@@ -286,12 +286,15 @@ def listwise_method(bench: Bench, store, client, method: str, queries, capped: d
     reranker = make_reranker(bench.settings, store, client, method=method)
     rankings: dict[str, Ranking] = {}
     summaries: list[TraceSummary] = []
+    computed: list[float] = []  # seconds of each call the model answered (not the cache)
     started = time.perf_counter()
     for query in queries:
         with tracing() as trace:
             rankings[query.id] = reranker.rank(query.text, capped[query.id])
         # feature extraction happened in its own phase; count only the ranking prompts here
-        summaries.append(_only_ranking(trace))
+        ranking_calls = _only_ranking(trace)
+        summaries.append(ranking_calls.summary())
+        computed += [call.latency_s for call in ranking_calls.calls if not call.cache_hit]
     seconds = time.perf_counter() - started
     total = TraceSummary.total(summaries)
     if isinstance(reranker, FusedReranker):
@@ -306,6 +309,8 @@ def listwise_method(bench: Bench, store, client, method: str, queries, capped: d
         "seconds_per_query": round(seconds / n, 1),
         "cache_hits": total.cache_hits,
     }
+    if computed:  # a row resumed from the cache: its wall clock says little, the calls the model answered do
+        cost["llm_seconds_per_query"] = round(total.calls / n * sum(computed) / len(computed), 1)
     bench.row(f"hybrid > {method}", rankings, len(queries), "llm", against="hybrid (first stage)", **cost,
               parse_errors=errors.model_dump())
     fusion = FusedReranker(Rescored(rankings, method), LLM_FUSION_WEIGHT, bench.settings.search.rrf_k)
@@ -319,10 +324,10 @@ def _comparable(caps: dict) -> dict:
     return {name: value for name, value in caps.items() if name not in ("methods", "no_train", "llm_threads")}
 
 
-def _only_ranking(trace) -> TraceSummary:
+def _only_ranking(trace):
     from strata.llm import Trace
 
-    return Trace(calls=[call for call in trace.calls if call.prompt in RANKING_PROMPTS]).summary()
+    return Trace(calls=[call for call in trace.calls if call.prompt in RANKING_PROMPTS])
 
 
 def print_table(result: ResultFile) -> None:

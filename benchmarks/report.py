@@ -561,7 +561,8 @@ def corank_section(name: str, result: ResultFile) -> str:
             _number(e.cost.get("llm_calls_per_query"), ".1f"),
             _number(e.cost.get("tokens_in_per_query"), ".0f"),
             _number(e.cost.get("tokens_out_per_query"), ".0f"),
-            _number(e.cost.get("seconds_per_query"), ".1f"),
+            # a row resumed from the LLM cache: its calls' cost, not the wall clock of the last session's share
+            _number(e.cost.get("llm_seconds_per_query", e.cost.get("seconds_per_query")), ".1f"),
             _paired(e),
         ]
         for e in result.experiments
@@ -806,6 +807,13 @@ def ray_ingest_section(name: str, result: ResultFile) -> str:
     )
 
 
+def _load_spread(runs: list[dict[str, Any]]) -> str:
+    """Each run's req/s and p95 ms, '-' for a single run (its numbers are the row's)."""
+    if len(runs) < 2:
+        return "-"
+    return " / ".join(f"{run['throughput_rps']:.0f}, {run['latency_p95_ms']:.0f}" for run in runs)
+
+
 def load_sections(results: dict[str, ResultFile]) -> str:
     """One row per benchmarks/results/load*.json (benchmarks/load.py, one file per search method)."""
     runs = [(result, experiment) for result in results.values() for experiment in result.experiments]
@@ -820,6 +828,7 @@ def load_sections(results: dict[str, ResultFile]) -> str:
             f"{e.metrics['errors']:.0f}",
             f"{e.metrics['throughput_rps']:.1f}",
             *(f"{e.cost[f'latency_{p}_ms']:,.0f}" for p in ("p50", "p95", "p99")),
+            _load_spread(e.details.get("runs") or []),
         ]
         for r, e in runs
     ]
@@ -831,14 +840,15 @@ def load_sections(results: dict[str, ResultFile]) -> str:
         "### Load test: HTTP `/search` on loopback",
         "",
         markdown_table(["run", "clients", "queries cycled", "warm-up s", "server settings", "requests ok", "errors",
-                        "req/s", "p50 ms", "p95 ms", "p99 ms"], rows),
+                        "req/s", "p50 ms", "p95 ms", "p99 ms", "runs: req/s, p95 ms"], rows),
         "",
         f"Caps: {first.settings['clients']} concurrent clients for {first.settings['seconds']:.0f} s per method, "
         f"k {first.settings['k']}, corpus {corpus['papers']} papers / {corpus['chunks']:,} chunks; {machine.cpus} "
         f"CPUs{load}. Warm-up: seconds of the same load before the measured ones (not counted). Server settings: "
         "those not at their defaults; `serve.query_cache=0` turns off the cache of query vectors (default 4096 "
         "queries: a repeated query skips the encoder), so only queries waiting at the same moment share one "
-        "embedding.",
+        "embedding. A row of several runs (each with its own server) shows the median req/s and latencies, and "
+        "every run's req/s and p95 in the last column: one run on 2 shared cores moves by a quarter.",
         *dict.fromkeys(note for name, result in results.items() for note in notes(name, result)),
         "Source: `benchmarks/results/load*.json` ("
         + ", ".join(f"`{e.command or _script(r)}`" for r, e in runs)
