@@ -105,8 +105,6 @@ def settings_for(name: str, args: argparse.Namespace) -> Settings:
             **dict(args.set),
             "read.choice": args.choice,
             "relate.paper_vector_cache": str(WORK / f"relate-{name}"),
-            "llm.n_threads": 1,  # the benchmark shares two cores with other work
-            "llm.n_threads_batch": 2,
         }
     )
 

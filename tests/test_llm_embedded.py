@@ -1,5 +1,7 @@
 """The embedded backend on real packaged models: SmolLM2-135M for speed, one check of the default 0.5B model."""
 
+import os
+
 import numpy as np
 import pytest
 
@@ -37,6 +39,19 @@ def test_grammar_constrained_answer_is_valid_json_for_the_schema(smol):
     assert isinstance(facts, PaperFacts) and facts.title and len(facts.datasets) <= 4
     (call,) = trace.calls
     assert call.ok and call.tokens_in > 100 and call.tokens_out > 5 and call.timing.generation_tokens_per_s > 0
+
+
+def test_prompts_are_read_on_every_cpu_and_tokens_generated_on_half_unless_set(smol, smol_settings):
+    """Reading a prompt is batched work that gains from every core; generating one token at a time slows down when
+    it shares a core with other work, so it keeps half."""
+    cpus = os.cpu_count() or 2
+    params = smol.backend._llama.context_params
+    assert (params.n_threads, params.n_threads_batch) == (max(1, cpus // 2), cpus)
+    pinned = EmbeddedBackend(smol_settings.model_copy(update={"n_threads": 1, "n_threads_batch": 1}))
+    try:
+        assert (pinned._llama.context_params.n_threads, pinned._llama.context_params.n_threads_batch) == (1, 1)
+    finally:
+        pinned.close()
 
 
 def test_fast_grammar_path_matches_llama_cpp_grammar_sampling(smol):

@@ -192,7 +192,11 @@ class LLMSettings(_Section):
         "cores makes llama.cpp much slower when other work shares the machine)",
     )
     n_threads_batch: int | None = Field(
-        default=None, ge=1, description="Embedded: CPU threads for reading prompts and scoring; unset = as n_threads"
+        default=None,
+        ge=1,
+        description="Embedded: CPU threads for reading prompts and scoring; unset = every CPU. A prompt is read in "
+        "large batches, which gain from every core even when other work shares them (2 cores, 1,600-token prompt, "
+        "0.5B: 84 vs 42 tokens/s quiet, 53 vs 30 with two busy processes), unlike generating one token at a time",
     )
     grammar: bool = Field(
         default=True,

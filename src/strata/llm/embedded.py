@@ -42,7 +42,7 @@ class EmbeddedBackend:
             model_path=str(resolved.path),
             n_ctx=settings.n_ctx,
             n_threads=threads,
-            n_threads_batch=settings.n_threads_batch or threads,
+            n_threads_batch=settings.n_threads_batch or os.cpu_count() or threads,
             seed=settings.seed,
             verbose=False,
         )

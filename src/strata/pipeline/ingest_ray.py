@@ -209,8 +209,11 @@ def _extract_features(store: WritableStore, settings: Settings) -> ExtractionRep
         failed = []
         if todo:
             threads = min(settings.llm.n_threads or max(1, _cpus() // 2), _cpus())
+            # Each actor reads prompts on its own CPUs too (alone, the embedded model reads them on all).
+            llm = settings.llm.model_copy(update={"n_threads_batch": settings.llm.n_threads_batch or threads})
+            actor_settings = settings.model_copy(update={"llm": llm})
             extracted = ray.data.from_items(todo).map_batches(
-                _ExtractFeatures, fn_constructor_args=(settings.model_dump_json(),), batch_size=1,
+                _ExtractFeatures, fn_constructor_args=(actor_settings.model_dump_json(),), batch_size=1,
                 concurrency=max(1, _cpus() // threads), num_cpus=threads,
             )
             for row in extracted.iter_rows():
