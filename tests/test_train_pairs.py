@@ -14,7 +14,9 @@ from strata.rerank.crossencoder import FUSION_FILE, CrossEncoderReranker, traine
 from strata.rerank.fusion import FusedReranker, FusionChoice
 from strata.rerank.texts import PaperTexts
 from strata.train.cross_encoder import train_cross_encoder
+from strata.llm import LLMOutputError
 from strata.train.pairs import (
+    SyntheticQuery,
     TrainingQuery,
     corpus_queries,
     inverse_cloze_queries,
@@ -22,6 +24,7 @@ from strata.train.pairs import (
     section_queries,
     split_by_paper,
     title_query,
+    written_validation,
 )
 
 TOPICS = ["zinc", "tides", "glaciers", "neurons", "vaccines", "lasers", "bees", "coral", "soil", "comets"]
@@ -91,6 +94,49 @@ def test_the_validation_split_holds_out_whole_papers():
     train, held = split_by_paper(queries, 0.25, seed=0)
     assert len(held) == 10 and len(train) == 30
     assert not {q.paper_id for q in train} & {q.paper_id for q in held}
+
+
+class Writer:
+    """A client that writes a numbered query for each passage (or fails every time)."""
+
+    def __init__(self, fail: bool = False) -> None:
+        self.fail = fail
+        self.passages: list[str] = []
+
+    def complete(self, prompt, schema, max_tokens=None):
+        if self.fail:
+            raise LLMOutputError(prompt.name, "{", "not JSON")
+        self.passages.append(prompt.user)
+        return SyntheticQuery(query=f"written {len(self.passages)}")
+
+
+class Passages:
+    def passage(self, paper_id: str, words: int) -> str:
+        return f"passage of {paper_id}"
+
+
+def test_only_written_queries_of_held_out_papers_validate_when_an_llm_can_write_them():
+    """Title and inverse-cloze queries repeat indexed text word for word (the first stage solves them); with an LLM,
+    held-out papers are validated by queries it wrote: those written for training, then one for each other paper."""
+    held = [TrainingQuery(query="Zinc title", paper_id="p1", positive="x", source="title"),
+            TrainingQuery(query="a zinc sentence", paper_id="p1", positive="x", source="inverse-cloze"),
+            TrainingQuery(query="does zinc work", paper_id="p2", positive="x", source="llm"),
+            TrainingQuery(query="Tides title", paper_id="p3", positive="x", source="title")]
+    settings = Settings.load(overrides={"rerank.train_validation_written": 3}).rerank
+    writer = Writer()
+    validation, failed = written_validation(held, Passages(), settings, writer)
+    assert failed == 0 and {q.source for q in validation} == {"llm"}
+    assert [(q.paper_id, q.query) for q in validation] == [("p2", "does zinc work"), ("p1", "written 1"),
+                                                           ("p3", "written 2")]
+    assert validation[1].positive == "passage of p1"
+    capped, _ = written_validation(held, Passages(), settings.model_copy(update={"train_validation_written": 2}),
+                                   Writer())
+    assert len(capped) == 2 and capped[0].query == "does zinc work"
+    assert written_validation(held, Passages(), settings, None) == (held, 0)  # no LLM: the held-out queries
+    off = settings.model_copy(update={"train_validation_written": 0})
+    assert written_validation(held, Passages(), off, writer) == (held, 0)
+    unwritable = [query for query in held if query.source != "llm"]
+    assert written_validation(unwritable, Passages(), settings, Writer(fail=True)) == (unwritable, 2)
 
 
 def test_a_corpus_too_small_to_train_on_gets_a_clear_message(tmp_path):

@@ -36,7 +36,9 @@ from strata.train.pairs import (
     count_by_source,
     llm_queries,
     mined_pairs,
+    sampled_papers,
     split_by_paper,
+    written_validation,
 )
 
 if TYPE_CHECKING:
@@ -279,9 +281,13 @@ def train_cross_encoder(
     queries = corpus_queries(texts, paper_ids, rerank)
     failed = 0
     if client is not None and rerank.train_passages:
-        generated, failed = llm_queries(texts, paper_ids, rerank, client, progress)
+        # another sample than the corpus queries'
+        sampled = sampled_papers(paper_ids, rerank.train_passages, rerank.train_seed + 1)
+        generated, failed = llm_queries(texts, sampled, rerank, client, progress)
         queries += generated
     train, held = split_by_paper(queries, rerank.train_validation_share, rerank.train_seed)
+    held, failed_validation = written_validation(held, texts, rerank, client, progress)
+    failed += failed_validation
     # A random cap, so every source (the LLM's queries come last) keeps its share of the validation queries.
     held = random.Random(rerank.train_seed).sample(held, min(len(held), rerank.train_validation_queries))
     log(f"{len(train)} training and {len(held)} validation queries {count_by_source(queries)}")

@@ -131,21 +131,25 @@ def corpus_queries(texts: PaperTexts, paper_ids: Sequence[str], settings: Rerank
     return queries
 
 
+def sampled_papers(paper_ids: Collection[str], count: int, seed: int) -> list[str]:
+    """Up to `count` of `paper_ids`, drawn with `seed`, in id order."""
+    return sorted(random.Random(seed).sample(sorted(paper_ids), min(count, len(paper_ids))))
+
+
 def llm_queries(
     texts: PaperTexts,
     paper_ids: Sequence[str],
     settings: RerankSettings,
     client: LLMClient,
     progress: Progress | None = None,
+    stage: str = "LLM queries",
 ) -> tuple[list[TrainingQuery], int]:
-    """(queries, failed generations): one LLM query for each of `train_passages` sampled papers' passage."""
-    rng = random.Random(settings.train_seed + 1)  # another sample than the corpus queries'
-    sampled = sorted(rng.sample(list(paper_ids), min(settings.train_passages, len(paper_ids))))
+    """(queries, failed generations): one LLM query for a passage of each of `paper_ids`."""
     prompts = training_prompts()
     queries: list[TrainingQuery] = []
     failed = 0
-    for number, paper_id in enumerate(sampled):
-        tell(progress, "LLM queries", number, len(sampled))
+    for number, paper_id in enumerate(paper_ids):
+        tell(progress, stage, number, len(paper_ids))
         positive = texts.passage(paper_id, settings.passage_words)
         try:
             answer = client.complete(prompts.render("rerank_query_gen", passage=positive), SyntheticQuery,
@@ -217,6 +221,27 @@ def split_by_paper(
     held = set(random.Random(seed + 3).sample(papers, count)) if len(papers) > 1 else set()
     return ([query for query in queries if query.paper_id not in held],
             [query for query in queries if query.paper_id in held])
+
+
+def written_validation(
+    held: Sequence[TrainingQuery],
+    texts: PaperTexts,
+    settings: RerankSettings,
+    client: LLMClient | None,
+    progress: Progress | None = None,
+) -> tuple[list[TrainingQuery], int]:
+    """(validation queries, failed generations): with an LLM and `train_validation_written`, LLM-written queries of
+    the held-out papers only (those already written for training, then new ones for other held-out papers, up to
+    that many); otherwise, or when none could be written, every held-out query."""
+    if client is None or not settings.train_validation_written:
+        return list(held), 0
+    written = [query for query in held if query.source == "llm"][: settings.train_validation_written]
+    have = {query.paper_id for query in written}
+    others = sampled_papers({query.paper_id for query in held} - have,
+                            settings.train_validation_written - len(written), settings.train_seed + 4)
+    new, failed = llm_queries(texts, others, settings, client, progress, stage="validation queries")
+    written += new
+    return (written or list(held)), failed
 
 
 def count_by_source(items: Sequence[TrainingQuery] | Sequence[TrainingPair]) -> dict[str, int]:
