@@ -43,6 +43,7 @@ from strata.rerank.fusion import FusedReranker
 from strata.rerank.permutation import ParseErrors
 from strata.rerank.texts import PaperTexts
 from strata.train.cross_encoder import train_cross_encoder
+from strata.train.pairs import writes_queries
 
 ROOT = Path(__file__).resolve().parent
 SCIFACT = ROOT.parent.parent / "shared" / "data" / "scifact" / "beir"
@@ -72,6 +73,8 @@ def arguments() -> argparse.Namespace:
     parser.add_argument("--features-input-words", type=int, default=300)
     parser.add_argument("--ce-depth", type=int, default=100)
     parser.add_argument("--train-passages", type=int, default=120, help="LLM-written training queries (0: none)")
+    parser.add_argument("--train-validation-written", type=int, default=60,
+                        help="LLM-written validation queries of held-out papers (0: their title and sentence queries)")
     parser.add_argument("--train-queries-per-source", type=int, default=3000,
                         help="papers sampled for the LLM-free title and inverse-cloze training queries")
     parser.add_argument("--train-epochs", type=int, default=3)
@@ -103,6 +106,7 @@ def bench_settings(args: argparse.Namespace) -> Settings:
             "rerank.features_input_words": args.features_input_words,
             "rerank.cross_encoder_depth": args.ce_depth,
             "rerank.train_passages": args.train_passages,
+            "rerank.train_validation_written": args.train_validation_written,
             "rerank.train_queries_per_source": args.train_queries_per_source,
             "rerank.train_epochs": args.train_epochs,
             "rerank.train_max_length": args.train_max_length,
@@ -213,7 +217,7 @@ def cross_encoder(bench: Bench, corpus: Corpus, hybrid, bm25, capped) -> None:
             print("no trained cross-encoder under --work and --no-train given: cross-encoder rows skipped")
             return
         with tracing() as trace:
-            report = train_cross_encoder(corpus, corpus.llm if settings.rerank.train_passages else None)
+            report = train_cross_encoder(corpus, corpus.llm if writes_queries(settings.rerank) else None)
         report_file.write_text(json.dumps({**report.model_dump(), "llm": trace.summary().model_dump()}, indent=2))
     if report_file.is_file():
         bench.details["cross_encoder_training"] = json.loads(report_file.read_text())

@@ -24,6 +24,7 @@ from strata.train.pairs import (
     section_queries,
     split_by_paper,
     title_query,
+    writes_queries,
     written_validation,
 )
 
@@ -135,6 +136,8 @@ def test_only_written_queries_of_held_out_papers_validate_when_an_llm_can_write_
     assert written_validation(held, Passages(), settings, None) == (held, 0)  # no LLM: the held-out queries
     off = settings.model_copy(update={"train_validation_written": 0})
     assert written_validation(held, Passages(), off, writer) == (held, 0)
+    assert writes_queries(off.model_copy(update={"train_passages": 0})) is False  # the LLM is not even loaded
+    assert writes_queries(settings.model_copy(update={"train_passages": 0})) is True
     unwritable = [query for query in held if query.source != "llm"]
     assert written_validation(unwritable, Passages(), settings, Writer(fail=True)) == (unwritable, 2)
 

@@ -440,9 +440,10 @@ def cmd_features(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_train_reranker(args: argparse.Namespace, settings: Settings) -> int:
     from strata.train.cross_encoder import train_cross_encoder
+    from strata.train.pairs import writes_queries
 
     return _train(args, settings, lambda corpus, log, bars: train_cross_encoder(
-        corpus, corpus.llm if settings.rerank.train_passages else None, log=log, progress=bars))
+        corpus, corpus.llm if writes_queries(settings.rerank) else None, log=log, progress=bars))
 
 
 def cmd_train_query_encoder(args: argparse.Namespace, settings: Settings) -> int:

@@ -131,6 +131,11 @@ def corpus_queries(texts: PaperTexts, paper_ids: Sequence[str], settings: Rerank
     return queries
 
 
+def writes_queries(settings: RerankSettings) -> bool:
+    """Whether training asks the LLM for queries (training or validation ones): only then is it loaded."""
+    return bool(settings.train_passages or settings.train_validation_written)
+
+
 def sampled_papers(paper_ids: Collection[str], count: int, seed: int) -> list[str]:
     """Up to `count` of `paper_ids`, drawn with `seed`, in id order."""
     return sorted(random.Random(seed).sample(sorted(paper_ids), min(count, len(paper_ids))))
