@@ -65,10 +65,10 @@ def test_llm_queries_take_the_query_and_its_passage_and_negatives_come_from_the_
             assert method == "hybrid"  # the ranking the reranker will reorder (rerank.train_negative_method)
             return first_stage(6)
 
-    settings = Settings.load(overrides={"rerank.train_passages": 2, "rerank.train_negatives": 2}).rerank
+    settings = Settings.load(overrides={"rerank.train_negatives": 2}).rerank
     texts = PaperTexts(store)
     backend = RankingBackend(scripted=['{"query": "does zinc help"}', '{"query": "zinc trial results"}'])
-    queries, failed = llm_queries(texts, store.paper_ids(), settings, LLMClient(backend, LLMSettings()))
+    queries, failed = llm_queries(texts, store.paper_ids()[:2], settings, LLMClient(backend, LLMSettings()))
     assert failed == 0 and [q.query for q in queries] == ["does zinc help", "zinc trial results"]
     pairs, dropped = mined_pairs(queries, Searcher(), texts, settings, similarity=None)
     assert dropped == 0 and len(pairs) == 6 and [p.label for p in pairs[:3]] == [1.0, 0.0, 0.0]
