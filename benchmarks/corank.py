@@ -35,7 +35,7 @@ from strata.eval.results import (
     write_result,
 )
 from strata.eval.retrieval import _strict_scores, evaluate_run
-from strata.llm import TraceSummary, tracing
+from strata.llm import Trace, TraceSummary, tracing
 from strata.eval.compare import paired_p_value
 from strata.rerank.crossencoder import cross_encoder_source, trained_fusion_weight
 from strata.rerank.factory import compact_features, make_reranker
@@ -328,9 +328,7 @@ def _comparable(caps: dict) -> dict:
     return {name: value for name, value in caps.items() if name not in ("methods", "no_train", "llm_threads")}
 
 
-def _only_ranking(trace):
-    from strata.llm import Trace
-
+def _only_ranking(trace: Trace) -> Trace:
     return Trace(calls=[call for call in trace.calls if call.prompt in RANKING_PROMPTS])
 
 

@@ -28,6 +28,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from urllib.parse import urlencode
@@ -278,11 +279,7 @@ def median_outcome(outcomes: list[dict]) -> dict:
     middle["latency_ms"] = {name: round(float(np.median([o["latency_ms"][name] for o in outcomes])), 1)
                             for name in middle["latency_ms"]}
     middle["errors"] = sum(o["errors"] for o in outcomes)
-    kinds: dict[str, int] = {}
-    for outcome in outcomes:
-        for kind, count in outcome["error_kinds"].items():
-            kinds[kind] = kinds.get(kind, 0) + count
-    middle["error_kinds"] = kinds
+    middle["error_kinds"] = dict(sum((Counter(o["error_kinds"]) for o in outcomes), Counter()))
     return middle
 
 

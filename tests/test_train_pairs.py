@@ -9,12 +9,12 @@ import pytest
 
 from corpus_support import bm25_corpus
 from strata.config import Settings
+from strata.llm import LLMOutputError
 from strata.rerank import make_reranker
 from strata.rerank.crossencoder import FUSION_FILE, CrossEncoderReranker, trained_model_dir
 from strata.rerank.fusion import FusedReranker, FusionChoice
 from strata.rerank.texts import PaperTexts
 from strata.train.cross_encoder import train_cross_encoder
-from strata.llm import LLMOutputError
 from strata.train.pairs import (
     SyntheticQuery,
     TrainingQuery,
