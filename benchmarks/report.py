@@ -46,8 +46,9 @@ LEGACY_NOTES = {
     "CPU cores shared with 7 helpers (load 15-30).",
     "read.json": "litqa2 (letter, passages by question only): passages were searched with the question only, before "
     "they were searched with the options too.",
-    **dict.fromkeys(("load.json", "load-bm25.json"), "2 cores shared with other jobs while measured: compare ratios, "
-                    "not absolutes."),
+    **dict.fromkeys(("load.json", "load-bm25.json"), "The rows 'before #22' ran while other jobs shared the 2 cores; "
+                    "the rows of several runs ran on an otherwise quiet machine (the load generator still shares its "
+                    "cores with the server)."),
 }
 
 
