@@ -112,6 +112,11 @@ CLAIMS = (
         Measure("corank-ce.json", "ce: hybrid > cross-encoder+fusion"), (("hybrid first stage", SCIFACT_FIRST_STAGE),),
     ),
     Claim(
+        "Pointwise P(yes) reranker fused with the first stage (embedded 0.5B, weight 0.5 fixed in advance)",
+        "SciFact test, 100 queries", "nDCG@10", Measure("corank-pointwise.json", "llm: hybrid > pointwise+fusion"),
+        (("hybrid first stage", Measure("corank-pointwise.json", "llm: hybrid (first stage)")),),
+    ),
+    Claim(
         "CoRank reranker (embedded LLM, compact features)", "SciFact test", "nDCG@10",
         Measure("corank.json", "llm: hybrid > corank"),
         (("hybrid first stage", Measure("corank.json", "llm: hybrid (first stage)")),),
@@ -609,6 +614,14 @@ READ_METRICS = (
 )  # fmt: skip
 
 
+def read_seconds(e: Experiment) -> str:
+    """Seconds per question, with how many LLM calls the response cache answered: a rerun from the cache measures
+    the pipeline around the model, not the model."""
+    hits = e.cost.get("llm_cache_hits", 0)
+    cached = f" ({hits:.0f} of {e.cost['llm_calls']:.0f} calls cached)" if hits else ""
+    return f"{e.cost['seconds_per_question']:.0f}{cached}"
+
+
 def read_section(name: str, result: ResultFile) -> str:
     rows = [
         [
@@ -617,7 +630,7 @@ def read_section(name: str, result: ResultFile) -> str:
             *(_score(e.metrics.get(metric)) for metric in READ_METRICS),
             f"{e.cost['llm_calls']:.0f}",
             f"{e.cost['llm_tokens_in']:,.0f}",
-            f"{e.cost['seconds_per_question']:.0f}",
+            read_seconds(e),
         ]
         for e in result.experiments
     ]

@@ -95,6 +95,30 @@ def test_a_negated_mention_counts_for_a_negated_question_and_against_a_plain_one
     assert negated_terms("CWC15 did not bind PAB1, but bound PBE1") == {"bind", "pab1"}  # 'but' ends the scope
 
 
+def test_an_option_stating_a_negation_is_grounded_only_where_the_passage_negates_it_too():
+    question = "Does fine-tuning give a larger gain for the small or the large protein models?"
+    options = ["The gain is similar for all models", "There is no gain for any model", "The large models"]
+    naming = ["Fine-tuning any model gained substantially; the gains were similar for all models."]
+    shares = ground(question, options, naming).shares()
+    assert shares[0] > 2 * shares[1]  # 'any model gained' names the option's word and says the opposite
+    denying = ["Fine-tuning did not gain anything for any model we tried."]
+    assert ground(question, options, denying).shares()[1] > 0.5
+
+
+def test_a_negated_question_no_passage_answers_in_its_polarity_is_answered_by_elimination():
+    passages = ["Knockout lines upregulated the catabolic genes KAT1, KAT4 and UGT9. MYB7 was lower in them.",
+                "KAT1 was upregulated twice as strongly as the other catabolic genes in knockout lines."]
+    genes = ["KAT4", "MYB7", "UGT9", "KAT1"]
+    shares = ground("Which catabolic gene is not upregulated in knockout lines?", genes, passages).shares()
+    assert max(range(4), key=shares.__getitem__) == 1  # stated with the question's terms least: the others are
+    assert shares[0] == shares[2] == shares[3] == 0  # stated as upregulated: eliminated
+    plain = ground("Which catabolic gene is upregulated in knockout lines?", genes, passages).shares()
+    assert min(range(4), key=plain.__getitem__) == 1 and plain[1] > 0
+    # An option nowhere in the evidence is never chosen by elimination: nothing could be cited for it.
+    unseen = ground("Which catabolic gene is not upregulated in knockout lines?", [*genes, "NCED3"], passages)
+    assert not unseen.options[4].grounded and unseen.shares()[4] == 0
+
+
 @pytest.mark.parametrize(
     "option",
     [INSUFFICIENT, "Not enough information", "Cannot be determined from the data", "Unknown", "Unable to answer"],
