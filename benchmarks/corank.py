@@ -39,7 +39,7 @@ from strata.llm import Trace, TraceSummary, tracing
 from strata.eval.compare import paired_p_value
 from strata.rerank.crossencoder import cross_encoder_source, trained_fusion_weight
 from strata.rerank.factory import compact_features, make_reranker
-from strata.rerank.fusion import FusedReranker
+from strata.rerank.fusion import FusedReranker, TunedFusion, tuned_fusion_file
 from strata.rerank.permutation import ParseErrors
 from strata.rerank.texts import PaperTexts
 from strata.train.cross_encoder import train_cross_encoder
@@ -156,14 +156,16 @@ class Bench:
 
     def row(
         self, name: str, rankings: dict[str, Ranking], queries: int, subset: str, parse_errors: dict | None = None,
-        against: str | None = None, **cost: float,
+        against: str | None = None, tuning: dict | None = None, **cost: float,
     ) -> None:
         """One method's scores on `queries` queries of the `subset` ('ce' or 'llm' query set), saved at once; with
-        `against` (another row's name in the subset), the paired randomization test of nDCG@10 against it."""
+        `against` (another row's name in the subset), the paired randomization test of nDCG@10 against it; `tuning`:
+        how its fusion weight was chosen."""
         run = {query_id: _strict_scores(ranking) for query_id, ranking in rankings.items()}
         metrics, per_query = evaluate_run(run, self.qrels(list(rankings)))
         self.ndcg[f"{subset}: {name}"] = {qid: scores["nDCG@10"] for qid, scores in per_query.items()}
         details: dict = {} if parse_errors is None else {"parse_errors": parse_errors}
+        details |= {} if tuning is None else {"tuning": tuning}
         if against is not None:
             baseline, system = self.ndcg[f"{subset}: {against}"], self.ndcg[f"{subset}: {name}"]
             ids = sorted(baseline)
@@ -321,6 +323,30 @@ def listwise_method(bench: Bench, store, client, method: str, queries, capped: d
     fused = {query.id: fusion.rank(capped[query.id].query, capped[query.id]) for query in queries}
     bench.row(f"hybrid > {method}+fusion", fused, len(queries), "llm", against="hybrid (first stage)", **cost,
               fusion_weight=LLM_FUSION_WEIGHT)
+    tuned = tuned_for(bench.settings, method)
+    if tuned is not None:
+        fusion = FusedReranker(Rescored(rankings, method), tuned.fusion.weight, bench.settings.search.rrf_k)
+        fused = {query.id: fusion.rank(capped[query.id].query, capped[query.id]) for query in queries}
+        bench.row(f"hybrid > {method}+fusion (tuned)", fused, len(queries), "llm", against="hybrid (first stage)",
+                  **cost, fusion_weight=tuned.fusion.weight, tuning=tuned.model_dump(exclude={"rerank"}))
+
+
+TUNED_CAPS = ("pool", "pointwise_depth", "listwise_depth", "passage_words", "window", "stride", "sliding_depth",
+              "fine_k", "listwise_answer")  # what must match for a tuned weight to be this row's reranker's
+
+
+def tuned_for(settings: Settings, method: str) -> TunedFusion | None:
+    """The weight `strata tune-reranker` chose on the store's own written queries for this reranker at these caps
+    and on this model, if it was run."""
+    path = tuned_fusion_file(settings, method)
+    if not path.is_file():
+        return None
+    tuned = TunedFusion.model_validate_json(path.read_text(encoding="utf-8"))
+    ours = settings.rerank.model_dump(mode="json")
+    if tuned.model != settings.llm.model or any(tuned.rerank.get(cap) != ours[cap] for cap in TUNED_CAPS):
+        print(f"{path}: tuned on another model or other caps, no tuned row for {method}")
+        return None
+    return tuned
 
 
 def _comparable(caps: dict) -> dict:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from pydantic import BaseModel
 
-from strata.config import Settings, available_presets
+from strata.config import LLM_RERANKERS, Settings, available_presets
 from strata.store.locking import StoreBusyError
 
 if TYPE_CHECKING:
@@ -446,6 +446,12 @@ def cmd_train_reranker(args: argparse.Namespace, settings: Settings) -> int:
         corpus, corpus.llm if writes_queries(settings.rerank) else None, log=log, progress=bars))
 
 
+def cmd_tune_reranker(args: argparse.Namespace, settings: Settings) -> int:
+    from strata.train.fusion import tune_reranker
+
+    return _train(args, settings, lambda corpus, log, bars: tune_reranker(corpus, corpus.llm, args.method, bars))
+
+
 def cmd_train_query_encoder(args: argparse.Namespace, settings: Settings) -> int:
     from strata.train.query_encoder import train_query_encoder
 
@@ -610,6 +616,11 @@ def build_parser() -> argparse.ArgumentParser:
     train_reranker_help = "train the cross-encoder on synthetic queries over the corpus"
     train_reranker_reads = ("store", "index", "search", "llm", "rerank")  # the LLM writes the synthetic queries
     command("train-reranker", cmd_train_reranker, train_reranker_help, reads=train_reranker_reads)
+    tune_help = ("choose an LLM reranker's fusion weight with the first stage on LLM-written queries of sampled "
+                 "papers (0 when it does not help: search then keeps the first-stage order)")
+    tune_reads = ("store", "index", "search", "llm", "rerank")
+    tune_cmd = command("tune-reranker", cmd_tune_reranker, tune_help, reads=tune_reads)
+    tune_cmd.add_argument("--method", required=True, choices=LLM_RERANKERS, help="the LLM reranker to measure")
     query_encoder_help = "adapt the dense query encoder to the corpus (its documents' vectors stay as indexed)"
     command("train-query-encoder", cmd_train_query_encoder, query_encoder_help, reads=("store", "index", "relate", "rerank"))
 

@@ -374,6 +374,10 @@ class RelateSettings(_Section):
     )
 
 
+# The rerankers that ask the LLM (the others: first-stage, the cross-encoder).
+LLM_RERANKERS = ("pointwise", "listwise", "sliding-window", "corank", "corank-truncated", "random-pool")
+
+
 class RerankSettings(_Section):
     """Reranking stage (CoRank, listwise baselines, cross-encoder) behind one Reranker interface."""
 
@@ -399,7 +403,7 @@ class RerankSettings(_Section):
         le=1.0,
         description="Weight of the reranker's order fused with the first stage's (weighted RRF of ranks; 0 keeps "
         "the first stage, 1 the reranker alone); unset = the weight train-reranker chose on its validation split "
-        "for a trained cross-encoder, else 1",
+        "for a trained cross-encoder, or tune-reranker chose for an LLM reranker on the configured model, else 1",
     )
     pool: int = Field(default=200, ge=1, description="CoRank: first-stage candidates ranked in the coarse stage")
     fine_k: int = Field(default=20, ge=1, description="CoRank: coarse-stage survivors reranked on full text")
@@ -485,7 +489,8 @@ class RerankSettings(_Section):
         description="train-reranker with an LLM: held-out papers get an LLM-written query each, up to this many, and "
         "only written queries validate. Title and inverse-cloze queries repeat the indexed text word for word, so "
         "the first stage solves them (SciFact: nDCG@10 0.964) and no fusion weight above 0 can win there. 0, or no "
-        "LLM: the held-out papers' own queries validate",
+        "LLM: the held-out papers' own queries validate. tune-reranker: that many sampled papers' written queries "
+        "measure an LLM reranker",
     )
     train_epochs: int = Field(default=3, ge=1, description="train-reranker: most passes over the training pairs")
     train_patience: int = Field(

@@ -11,7 +11,7 @@ from collections.abc import Callable, Hashable, Iterator
 from contextlib import ExitStack, contextmanager
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
-from strata.config import Settings
+from strata.config import LLM_RERANKERS, Settings
 from strata.encoders.embedder import Embedder
 from strata.index import CorpusIndex
 from strata.index.protocol import VectorIndex
@@ -101,9 +101,9 @@ class Corpus:
     def reranker(self) -> Reranker:
         """`rerank.method`'s reranker; the listwise LLM methods open the LLM client."""
         if self._reranker is None:
-            from strata.rerank.factory import LLM_METHODS, make_reranker
+            from strata.rerank.factory import make_reranker
 
-            needs_llm = self.settings.rerank.method in LLM_METHODS
+            needs_llm = self.settings.rerank.method in LLM_RERANKERS
             self._reranker = make_reranker(self.settings, self.store, self.llm if needs_llm else None)
         return self._reranker
 

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from strata.config import Settings
+from strata.config import LLM_RERANKERS, Settings
 from strata.encoders.cross_encoder import load_cross_encoder
 from strata.llm import LLMClient
 from strata.rerank.base import FirstStage, Reranker
 from strata.rerank.crossencoder import CrossEncoderReranker, cross_encoder_source, trained_fusion_weight
 from strata.rerank.features import CompactFeatures, ExtractionReport, FeatureCache, features_path
-from strata.rerank.fusion import FusedReranker
+from strata.rerank.fusion import FusedReranker, tuned_fusion_weight
 from strata.rerank.listwise import ListwiseLLM
 from strata.rerank.pointwise import PointwiseReranker
 from strata.rerank.rerankers import (
@@ -23,20 +23,22 @@ from strata.rerank.texts import PaperTexts
 from strata.store.protocol import PaperStore
 from strata.progress import Progress
 
-LLM_METHODS = ("pointwise", "listwise", "sliding-window", "corank", "corank-truncated", "random-pool")
 
 
 def make_reranker(
     settings: Settings, store: PaperStore, client: LLMClient | None = None, method: str | None = None
 ) -> Reranker:
     """The reranker named by `method` (default: `settings.rerank.method`), fused with the first stage at
-    `rerank.fusion_weight` (unset: the weight chosen when the cross-encoder was trained, else the reranker alone).
+    `rerank.fusion_weight` (unset: the weight chosen when the cross-encoder was trained, or when `strata
+    tune-reranker` measured the LLM reranker, else the reranker alone).
 
     'default' needs no LLM: the cross-encoder named by rerank.cross_encoder_model, else first-stage.
     The LLM methods (pointwise and the listwise ones) need `client`.
     """
     method = method or settings.rerank.method
     weight = settings.rerank.fusion_weight
+    if weight is None and method in LLM_RERANKERS:
+        weight = tuned_fusion_weight(settings, method)
     if weight == 0.0:
         return FirstStage()  # the reranker would not count: neither load it nor spend its LLM calls
     reranker = _reranker(settings, store, client, method)
@@ -66,7 +68,7 @@ def _reranker(settings: Settings, store: PaperStore, client: LLMClient | None, m
             load_cross_encoder(source), texts, rerank.cross_encoder_depth, rerank.passage_words,
             rerank.cross_encoder_batch,
         )
-    if method not in LLM_METHODS:
+    if method not in LLM_RERANKERS:
         raise ValueError(f"unknown rerank method {method!r}")
     if client is None:
         raise ValueError(f"rerank method {method!r} needs an LLM client")

@@ -9,9 +9,11 @@ reciprocal rank fusion (Cormack et al., 2009) with the same `k` as the hybrid fi
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 
 from pydantic import BaseModel, Field
 
+from strata.config import Settings
 from strata.documents.model import Ranking
 from strata.rerank.base import Reranker
 from strata.rerank.rerankers import reordered
@@ -84,3 +86,38 @@ def choose_weight(
     }
     best = max(weights, key=lambda weight: (round(curve[f"{weight:g}"], 12), -weight))
     return FusionChoice(weight=best, metric=metric, queries=len(first), curve=curve)
+
+
+class TunedFusion(BaseModel):
+    """What `strata tune-reranker` measured for an LLM reranker: the weight chosen and for which model."""
+
+    method: str = Field(description="The reranker (rerank.method) measured")
+    model: str = Field(description="The LLM it ran on (llm.model): a weight chosen on one model is not used on another")
+    fusion: FusionChoice = Field(description="The weight chosen on the validation queries, with its curve")
+    rerank: dict = Field(description="The rerank settings it was measured with (depths, passage words, ...)")
+    reranker_validation: float = Field(description="Validation score of the reranker alone")
+    written_queries: int = Field(description="LLM-written validation queries")
+    failed_queries: int = Field(description="Query generations that failed")
+    seconds: float = Field(description="Writing the queries and reranking them")
+
+    def summary(self) -> str:
+        fusion = self.fusion
+        verdict = (f"fused at weight {fusion.weight:g} (+{fusion.gain:.4f})" if fusion.weight
+                   else "it does not beat the first stage there: search keeps the first-stage order")  # fmt: skip
+        return (f"{self.method} on {self.model}, {fusion.queries} written validation queries: first stage "
+                f"{fusion.metric} {fusion.curve['0']:.4f}, {self.method} alone {self.reranker_validation:.4f}; "
+                f"{verdict}; {self.seconds:.0f} s")  # fmt: skip
+
+
+def tuned_fusion_file(settings: Settings, method: str) -> Path:
+    return Path(settings.store.home) / "rerank" / f"fusion-{method}.json"
+
+
+def tuned_fusion_weight(settings: Settings, method: str) -> float:
+    """The weight `strata tune-reranker` chose for this LLM reranker on this model; 1 (the reranker alone) when it
+    was never tuned, or tuned on another model."""
+    path = tuned_fusion_file(settings, method)
+    if not path.is_file():
+        return 1.0
+    tuned = TunedFusion.model_validate_json(path.read_text(encoding="utf-8"))
+    return tuned.fusion.weight if tuned.model == settings.llm.model else 1.0

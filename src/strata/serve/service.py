@@ -20,13 +20,12 @@ import faiss
 import numpy as np
 from pydantic import BaseModel, Field
 
-from strata.config import Settings
+from strata.config import LLM_RERANKERS, Settings
 from strata.corpus import Corpus
 from strata.documents.model import Locator, Paper, Ranking, Section
 from strata.pipeline.ingest import IngestReport
 from strata.read.model import AnswerFormat, AskResult, StageEvent
 from strata.rerank.base import FirstStage, Reranker
-from strata.rerank.factory import LLM_METHODS
 from strata.retrieve.protocol import Method
 from strata.retrieve.query_batch import QueryBatcher
 from strata.store.sqlite import CorpusStats
@@ -188,7 +187,7 @@ class CorpusService:
         """`rerank.method` for searches when it needs no LLM (the cross-encoder). A listwise LLM reranker would hold the
         one LLM slot for seconds per search, so searches keep the first-stage order then (the ranking's `method` says
         so) and answers apply it."""
-        if self.settings.rerank.method in LLM_METHODS:
+        if self.settings.rerank.method in LLM_RERANKERS:
             return FirstStage()
         return self.corpus.reranker
 

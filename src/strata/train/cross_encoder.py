@@ -25,6 +25,7 @@ from strata.eval.retrieval import evaluate_run
 from strata.llm import LLMClient
 from strata.progress import Progress, tell
 from strata.relate.signals import PaperVectors
+from strata.rerank.base import Reranker
 from strata.rerank.crossencoder import FUSION_FILE, CrossEncoderReranker, trained_model_dir
 from strata.rerank.fusion import FusionChoice, choose_weight
 from strata.rerank.texts import PaperTexts
@@ -118,8 +119,12 @@ class Validation:
         scored = {qid: {pid: float(len(ids) - rank) for rank, pid in enumerate(ids)} for qid, ids in runs.items()}
         return evaluate_run(scored, self.qrels)[0]["nDCG@10"]
 
-    def rerank(self, reranker: CrossEncoderReranker) -> dict[str, Ranking]:
-        return {qid: reranker.rank(self.queries[qid], ranking) for qid, ranking in self.first.items()}
+    def rerank(self, reranker: Reranker, progress: Progress | None = None) -> dict[str, Ranking]:
+        reranked = {}
+        for number, (qid, ranking) in enumerate(self.first.items()):
+            tell(progress, f"{reranker.name} on validation queries", number, len(self.first))
+            reranked[qid] = reranker.rank(self.queries[qid], ranking)
+        return reranked
 
 
 def fit_cross_encoder(
