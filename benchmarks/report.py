@@ -605,6 +605,7 @@ def corank_section(name: str, result: ResultFile) -> str:
             f"{feature_pass['llm']['calls']} LLM calls ({feature_pass['llm']['tokens_in']:,} tokens in, "
             f"{feature_pass['llm']['tokens_out']:,} out), {feature_pass['seconds']:.1f} s."
         )
+    lines += [_tuned(e) for e in result.experiments if "tuning" in e.details]
     lines += notes(name, result)
     lines.append(source_line(name, result))
     return "\n".join(lines)
@@ -614,6 +615,18 @@ READ_METRICS = (
     "accuracy", "precision", "coverage", "cited_gold_paper", "evidence_overlap",
     "sentence_precision", "sentence_recall", "sentence_f1",
 )  # fmt: skip
+
+
+def _tuned(e: Experiment) -> str:
+    """How `strata tune-reranker` chose a '(tuned)' row's fusion weight, and what that weight costs in search."""
+    tuning = e.details["tuning"]
+    fusion = tuning["fusion"]
+    spent = ("at weight 0 search keeps the first-stage order and makes no LLM call; the cost columns are those of "
+             "measuring the reranker" if not fusion["weight"] else "search pays the cost columns")  # fmt: skip
+    return (f"{e.method}: weight {fusion['weight']:g} chosen by `strata tune-reranker --method {tuning['method']}` on "
+            f"{fusion['queries']} LLM-written queries of papers sampled from the store (first stage nDCG@10 "
+            f"{fusion['curve']['0']:.3f}, the reranker alone {tuning['reranker_validation']:.3f}, "
+            f"{tuning['seconds']:.0f} s); {spent}.")  # fmt: skip
 
 
 def read_seconds(e: Experiment) -> str:

@@ -13,8 +13,8 @@ polarity differs from the question's ('A and B, but not C' answers 'which was no
 evidence for A or B there). A negated question that no passage answers in its own polarity is answered by
 elimination: the options stated plainly with its terms are the ones it excludes. An option whose distinguishing
 terms all come from the question ('supported' for 'is the claim supported or refuted?') cannot be told apart by
-words and is never grounded. An earlier check with this
-rule and no LLM picked the right LitQA2 option for 18 of 23 dev questions, twice the 0.5B reader's rate.
+words and is never grounded. An earlier check with this rule and no LLM picked the right LitQA2 option for 18 of 23
+dev questions, twice the 0.5B reader's rate.
 """
 
 from __future__ import annotations
