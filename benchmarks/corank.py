@@ -39,7 +39,7 @@ from strata.llm import Trace, TraceSummary, tracing
 from strata.eval.compare import paired_p_value
 from strata.rerank.crossencoder import cross_encoder_source, trained_fusion_weight
 from strata.rerank.factory import compact_features, make_reranker
-from strata.rerank.fusion import FusedReranker, TunedFusion, tuned_fusion_file
+from strata.rerank.fusion import FusedReranker, TunedFusion, tuned_fusion
 from strata.rerank.permutation import ParseErrors
 from strata.rerank.texts import PaperTexts
 from strata.train.cross_encoder import train_cross_encoder
@@ -336,15 +336,12 @@ TUNED_CAPS = ("pool", "pointwise_depth", "listwise_depth", "passage_words", "win
 
 
 def tuned_for(settings: Settings, method: str) -> TunedFusion | None:
-    """The weight `strata tune-reranker` chose on the store's own written queries for this reranker at these caps
-    and on this model, if it was run."""
-    path = tuned_fusion_file(settings, method)
-    if not path.is_file():
-        return None
-    tuned = TunedFusion.model_validate_json(path.read_text(encoding="utf-8"))
+    """What `strata tune-reranker` chose on the store's own written queries for this reranker on this model, if it
+    was run at these caps."""
+    tuned = tuned_fusion(settings, method)
     ours = settings.rerank.model_dump(mode="json")
-    if tuned.model != settings.llm.model or any(tuned.rerank.get(cap) != ours[cap] for cap in TUNED_CAPS):
-        print(f"{path}: tuned on another model or other caps, no tuned row for {method}")
+    if tuned is not None and any(tuned.rerank.get(cap) != ours[cap] for cap in TUNED_CAPS):
+        print(f"{method}: tuned at other caps, no tuned row")
         return None
     return tuned
 

@@ -113,11 +113,17 @@ def tuned_fusion_file(settings: Settings, method: str) -> Path:
     return Path(settings.store.home) / "rerank" / f"fusion-{method}.json"
 
 
-def tuned_fusion_weight(settings: Settings, method: str) -> float:
-    """The weight `strata tune-reranker` chose for this LLM reranker on this model; 1 (the reranker alone) when it
-    was never tuned, or tuned on another model."""
+def tuned_fusion(settings: Settings, method: str) -> TunedFusion | None:
+    """What `strata tune-reranker` measured for this LLM reranker on the configured model; None when it was never
+    tuned, or tuned on another model."""
     path = tuned_fusion_file(settings, method)
     if not path.is_file():
-        return 1.0
+        return None
     tuned = TunedFusion.model_validate_json(path.read_text(encoding="utf-8"))
-    return tuned.fusion.weight if tuned.model == settings.llm.model else 1.0
+    return tuned if tuned.model == settings.llm.model else None
+
+
+def tuned_fusion_weight(settings: Settings, method: str) -> float:
+    """The weight `strata tune-reranker` chose; 1 (the reranker alone) when there is none for this model."""
+    tuned = tuned_fusion(settings, method)
+    return 1.0 if tuned is None else tuned.fusion.weight

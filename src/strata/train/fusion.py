@@ -50,7 +50,7 @@ def tune_reranker(corpus: Corpus, client: LLMClient, method: str, progress: Prog
         model=settings.llm.model,
         fusion=fusion,
         rerank=rerank.model_dump(mode="json"),
-        reranker_validation=validation.ndcg({qid: ranking.paper_ids for qid, ranking in reranked.items()}),
+        reranker_validation=fusion.curve["1"],  # weight 1 is the reranker's own order
         written_queries=len(queries),
         failed_queries=failed,
         seconds=time.perf_counter() - started,
