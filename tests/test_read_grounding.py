@@ -13,7 +13,7 @@ from strata.llm import ContinuationScore, Generation, LLMClient, Scoring, Trace
 from strata.read.grounding import Grounding, OptionGrounding, ground, is_insufficient, mentions, negated_terms
 from strata.read.local import LocalReader, is_reference_entry
 from strata.read.model import Evidence, PaperReading
-from strata.read.synthesize import Synthesizer, decide, grounded_evidence
+from strata.read.synthesize import Synthesizer, decide, grounded_evidence, grounding_decides
 
 QUESTION = "At which temperature was the enzyme assay of the kinase run?"
 OPTIONS = ["25 °C", "37 °C", "42 °C"]
@@ -207,7 +207,7 @@ def test_grounding_alone_asks_the_model_nothing_and_cites_the_passage_stating_th
 def test_a_confident_model_can_outvote_the_grounding_but_its_option_cites_only_passages_stating_it():
     backend = LetterBackend("25 °C", strength=8.0)  # an option stated nowhere
     answer = synthesizer(backend, choice="letter", grounding_weight=0.3)._choose(QUESTION, OPTIONS, ASSAY, Trace())
-    assert len(backend.prompts) == len(OPTIONS)  # one letter prompt per cyclic order, no citation call
+    assert len(backend.prompts) == 1  # one letter prompt (read.letter_orders), no citation call
     assert answer.choice == "25 °C" and answer.claims[0].citations == []
     grounded = synthesizer(LetterBackend("25 °C", strength=8.0), grounding_weight=0.8)
     assert grounded._choose(QUESTION, OPTIONS, ASSAY, Trace()).choice == "37 °C"
@@ -221,6 +221,59 @@ def test_insufficient_information_is_chosen_when_no_option_is_stated_and_the_mod
     assert answer.choice == INSUFFICIENT and not answer.answerable and answer.claims == []
     sure = synthesizer(LetterBackend("25 °C", strength=8.0), insufficient_below=0.5)
     assert sure._choose(QUESTION, options, unrelated, Trace()).choice == "25 °C"
+
+
+def test_the_model_is_not_asked_when_its_share_cannot_change_the_choice():
+    """One option stated and no other: at a grounding weight of 0.5 even a model sure of another option only ties,
+    so its calls are saved; below 0.5, or with two options stated, the model is asked."""
+    stated_once = evidence("Kinase assays were run at 37 °C for 30 minutes.")
+    backend = LetterBackend("25 °C", strength=8.0)
+    answer = synthesizer(backend, grounding_weight=0.5)._choose(QUESTION, OPTIONS, stated_once, Trace())
+    assert backend.prompts == [] and answer.choice == "37 °C"
+    assert all(score.model is None for score in answer.option_scores)
+    lower = LetterBackend("25 °C", strength=8.0)
+    assert synthesizer(lower, grounding_weight=0.4)._choose(QUESTION, OPTIONS, stated_once, Trace()).choice == "25 °C"
+    both = LetterBackend("42 °C")
+    synthesizer(both, grounding_weight=0.5)._choose(QUESTION, OPTIONS, ASSAY, Trace())
+    assert len(both.prompts) == 1
+    assert grounding_decides([1.0, 0.0, 0.0], 0.5) and not grounding_decides([0.9, 0.1, 0.0], 0.5)
+    assert not grounding_decides([0.0, 0.0], 1.0)  # nothing stated: the model (or 'insufficient') decides
+
+
+class PositionBiasedBackend(LetterBackend):
+    """Likes the letter 'A' a little more than the letter of its favourite option, wherever that one is listed."""
+
+    def score(self, system: str, user: str, continuations: Sequence[str]) -> Scoring:
+        self.prompts.append(user)
+        favoured = next(line[0] for line in user.splitlines() if line.endswith(f". {self.favourite}"))
+        table = {"A": -0.1, favoured: -0.2} if favoured != "A" else {"A": -0.1}
+        scores = [ContinuationScore(continuation=c, logprob=table.get(c, -2.0), n_tokens=1) for c in continuations]
+        return Scoring(scores=scores, tokens_in=len(user.split()))
+
+
+def test_every_cyclic_order_cancels_a_position_bias_one_order_does_not():
+    nothing = evidence("The kinase has two domains.")  # no option stated: the model alone decides
+    one = PositionBiasedBackend("37 °C")
+    assert synthesizer(one, letter_orders=1)._choose(QUESTION, OPTIONS, nothing, Trace()).choice == "25 °C"  # 'A'
+    assert len(one.prompts) == 1
+    every = PositionBiasedBackend("37 °C")
+    answer = synthesizer(every, letter_orders=0)._choose(QUESTION, OPTIONS, nothing, Trace())
+    assert answer.choice == "37 °C" and len(every.prompts) == len(OPTIONS)
+    model = [score.model for score in answer.option_scores]
+    assert model[0] == pytest.approx(model[2])  # the two others each sat at 'A' once
+
+
+def test_the_deciding_model_is_shown_the_sentences_about_the_question_and_options():
+    padded = evidence("The kinase was purified from yeast. Cells grew in rich medium. Assays were run at 37 °C. "
+                      "Results were replicated twice.", "Cells were stored at 42 °C overnight.")  # fmt: skip
+    backend = LetterBackend("37 °C")
+    answer = synthesizer(backend, shown_sentences=1)._choose(QUESTION, OPTIONS, padded, Trace())
+    shown = backend.prompts[0]
+    assert "Assays were run at 37 °C." in shown and "Cells grew in rich medium" not in shown
+    assert answer.evidence[0].text == padded[0].text  # the answer keeps whole passages; only the prompt is cut
+    whole = LetterBackend("37 °C")
+    synthesizer(whole)._choose(QUESTION, OPTIONS, padded, Trace())
+    assert "Cells grew in rich medium" in whole.prompts[0]
 
 
 def hit(text: str, start: int, content_type: ContentType = ContentType.TEXT, section: str = "Results") -> ChunkHit:

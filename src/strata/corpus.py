@@ -15,6 +15,7 @@ from strata.config import LLM_RERANKERS, Settings
 from strata.encoders.embedder import Embedder
 from strata.index import CorpusIndex
 from strata.index.protocol import VectorIndex
+from strata.llm.packaged import deciding_model
 from strata.retrieve.hybrid import HybridSearcher
 from strata.retrieve.protocol import Searcher
 from strata.store import open_store
@@ -85,10 +86,10 @@ class Corpus:
 
     @property
     def decider(self) -> LLMClient:
-        """The client for the calls that decide an answer: `llm.decide_model` when set (and no client was given),
-        else the one LLM client."""
-        model = self.settings.llm.decide_model
-        if self._client_given or not model or model == self.settings.llm.model:
+        """The client for the calls that decide an answer: `llm.decide_model`'s model (see `deciding_model`) when it
+        differs and no client was given, else the one LLM client."""
+        model = deciding_model(self.settings.llm.model, self.settings.llm.decide_model)
+        if self._client_given or model == self.settings.llm.model:
             return self.llm
         if self._decider is None:
             from strata.llm import make_client

@@ -8,10 +8,12 @@ only when the file's size or mtime changed.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import json
 import os
+import sys
 import tempfile
 from pathlib import Path
 
@@ -88,6 +90,31 @@ PACKAGED_MODELS: dict[str, PackagedModel] = {
         ),
     )
 }
+
+
+AUTO_DECIDER = {"packaged:qwen2.5-coder-0.5b": "packaged:qwen2.5-coder-1.5b"}  # llm.decide_model 'auto'
+
+
+def deciding_model(model: str, decide_model: str | None) -> str:
+    """The model for the calls that decide an answer (llm.decide_model): 'auto' picks the packaged 1.5B over the
+    packaged 0.5B when its parts are installed, and says so on stderr when they are not (the 0.5B then decides)."""
+    if decide_model is None:
+        return model
+    if decide_model != "auto":
+        return decide_model
+    upgrade = AUTO_DECIDER.get(model)
+    if upgrade is None:
+        return model
+    name = upgrade.removeprefix(PACKAGED_PREFIX)
+    if all(importlib.util.find_spec(part.module) for part in PACKAGED_MODELS[name].parts):
+        return upgrade
+    _warn_once(f"strata: {name} is not installed, so {model} decides answers too ({PACKAGED_MODELS[name].install})")
+    return model
+
+
+@functools.cache
+def _warn_once(message: str) -> None:
+    print(message, file=sys.stderr)
 
 
 def resolve_model(spec: str, model_dir: Path) -> ResolvedModel:

@@ -97,6 +97,25 @@ def numbered_evidence(picked: Sequence[tuple[PaperReading, ChunkHit]]) -> list[E
     ]
 
 
+def shown_to_model(evidence: Sequence[Evidence], about: str, settings: ReadSettings) -> list[Evidence]:
+    """The evidence as the deciding model sees it: each passage cut to its `shown_sentences` sentences sharing most
+    terms with `about` (the question and options), or whole when that is 0."""
+    if not settings.shown_sentences:
+        return list(evidence)
+    return [item.model_copy(update={"text": best_window(item.text, about, settings.shown_sentences)})
+            for item in evidence]  # fmt: skip
+
+
+def grounding_decides(lexical: Sequence[float], weight: float) -> bool:
+    """Whether the model's share cannot change the choice: the grounding margin of the best option over the next,
+    at `weight`, is at least the most the model could swing (1 - weight, one option at share 1 and the best at 0).
+    In practice: one option stated in the evidence and none other, at a grounding weight of at least 0.5."""
+    if not any(lexical) or len(lexical) < 2:
+        return False
+    best, second = sorted(lexical, reverse=True)[:2]
+    return weight * (best - second) >= 1 - weight
+
+
 def show_evidence(evidence: Sequence[Evidence]) -> str:
     return "\n".join(f"[{item.number}] ({flat(item.title) or item.paper_id}) {flat(item.text)}" for item in evidence)
 
@@ -134,14 +153,16 @@ class Synthesizer:
 
     def _choose(self, question: str, options: list[str], evidence: list[Evidence], trace: Trace) -> Answer:
         """The option that the evidence states (lexical grounding) and the model prefers (`read.choice`), weighted
-        by `read.grounding_weight`; cited by the passages that state it, so an option stated nowhere cites nothing
+        by `read.grounding_weight` (the model is not asked when its share could not change the choice, see
+        `grounding_decides`); cited by the passages that state it, so an option stated nowhere cites nothing
         (validation then marks the answer unsupported). An option that only restates the question's alternatives
         (a verdict) cannot be stated in words: it cites the first paper's passages the model read."""
         grounding = ground(question, options, [item.text for item in evidence])
-        model = None
-        if self.settings.choice != "grounding":
-            model = self._model_shares(show_evidence(evidence), flat(question), options, trace)
         lexical = grounding.shares()
+        model = None
+        if self.settings.choice != "grounding" and not grounding_decides(lexical, self.settings.grounding_weight):
+            shown = show_evidence(shown_to_model(evidence, " ".join([question, *options]), self.settings))
+            model = self._model_shares(shown, flat(question), options, trace)
         scores = [OptionScore(option=option, grounding=share, model=None if model is None else model[index])
                   for index, (option, share) in enumerate(zip(options, lexical, strict=True))]  # fmt: skip
         best = decide(options, lexical, model, self.settings)
@@ -194,13 +215,14 @@ class Synthesizer:
         that. The prompts share the evidence, so each order costs only its question and options."""
         letters = [chr(ord("A") + index) for index in range(len(texts))]
         preference = [0.0] * len(texts)
-        for shift in range(len(texts)):
+        shifts = min(len(texts), self.settings.letter_orders or len(texts))
+        for shift in range(shifts):
             order = [(index + shift) % len(texts) for index in range(len(texts))]
             listed = "\n".join(f"{letter}. {texts[index]}" for letter, index in zip(letters, order, strict=True))
             prompt = read_prompts().render("read_choose_letter", evidence=shown, question=asked, options=listed)
             shares = probabilities(self.client.score(prompt, letters, trace=trace))
             for position, index in enumerate(order):
-                preference[index] += shares[position] / len(texts)
+                preference[index] += shares[position] / shifts
         return preference
 
     def _text(self, question: str, evidence: list[Evidence], trace: Trace) -> Answer:

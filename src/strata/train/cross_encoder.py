@@ -106,14 +106,20 @@ def query_groups(pairs: Sequence[TrainingPair]) -> list[list[TrainingPair]]:
 
 
 class Validation:
-    """Held-out queries, each with its source paper as the one relevant paper, and their first-stage rankings."""
+    """Validation queries with their relevant papers, and their first-stage rankings."""
 
-    def __init__(self, queries: Sequence[TrainingQuery], corpus: Corpus, depth: int) -> None:
-        self.qrels = {str(number): {query.paper_id: 1} for number, query in enumerate(queries)}
-        self.first = {
-            str(number): corpus.searcher.search(query.query, k=depth) for number, query in enumerate(queries)
-        }
-        self.queries = {str(number): query.query for number, query in enumerate(queries)}
+    def __init__(
+        self, queries: Mapping[str, str], qrels: Mapping[str, Mapping[str, int]], corpus: Corpus, depth: int
+    ) -> None:
+        self.queries, self.qrels = dict(queries), {qid: dict(qrels[qid]) for qid in queries}
+        self.first = {qid: corpus.searcher.search(text, k=depth) for qid, text in self.queries.items()}
+
+    @classmethod
+    def held_out(cls, queries: Sequence[TrainingQuery], corpus: Corpus, depth: int) -> Validation:
+        """Held-out training queries, each with its source paper as the one relevant paper."""
+        texts = {str(number): query.query for number, query in enumerate(queries)}
+        qrels = {str(number): {query.paper_id: 1} for number, query in enumerate(queries)}
+        return cls(texts, qrels, corpus, depth)
 
     def ndcg(self, runs: Mapping[str, Sequence[str]]) -> float:
         scored = {qid: {pid: float(len(ids) - rank) for rank, pid in enumerate(ids)} for qid, ids in runs.items()}
@@ -301,7 +307,7 @@ def train_cross_encoder(
         raise ValueError("no validation queries came from the held-out papers; raise rerank.train_validation_share")
     unseen = {query.paper_id for query in held}  # validation papers are not even negatives in training
     pairs, dropped = mined_pairs(train, corpus.searcher, texts, rerank, similarity, exclude=unseen, progress=progress)
-    validation = Validation(held, corpus, rerank.cross_encoder_depth)
+    validation = Validation.held_out(held, corpus, rerank.cross_encoder_depth)
     first_stage = validation.ndcg({qid: ranking.paper_ids for qid, ranking in validation.first.items()})
     generated_at = time.perf_counter()
     log(f"{len(pairs)} pairs ({dropped} likely false negatives dropped); first stage validation nDCG@10 "

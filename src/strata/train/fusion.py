@@ -40,7 +40,7 @@ def tune_reranker(corpus: Corpus, client: LLMClient, method: str, progress: Prog
     queries, failed = llm_queries(PaperTexts(corpus.store), sampled, rerank, client, progress, "validation queries")
     if not queries:
         raise ValueError(f"the LLM wrote no usable validation query for {len(sampled)} papers: nothing tuned")
-    validation = Validation(queries, corpus, rerank.pool)
+    validation = Validation.held_out(queries, corpus, rerank.pool)
     alone = settings.model_copy(update={"rerank": rerank.model_copy(update={"fusion_weight": 1.0})})
     reranker = make_reranker(alone, corpus.store, client, method)
     reranked = validation.rerank(reranker, progress)
