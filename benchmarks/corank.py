@@ -190,7 +190,7 @@ def main() -> None:
     settings = bench.settings
     queries = bench.dataset.queries[: args.queries]
     ce_queries = bench.dataset.queries[: args.ce_queries]
-    depth = max(args.pool, args.sliding_depth, args.ce_depth, args.listwise_depth)
+    depth = first_stage_depth(args)
     with Corpus.open(settings) as corpus:
         searcher = corpus.searcher
         client = corpus.llm if set(args.methods) - {"cross-encoder"} else None  # the cross-encoder needs no LLM
@@ -213,6 +213,11 @@ def main() -> None:
     print_table(bench.result())
 
 
+def first_stage_depth(args: argparse.Namespace) -> int:
+    """First-stage candidates per query: enough for the deepest reranker."""
+    return max(args.pool, args.sliding_depth, args.ce_depth, args.listwise_depth)
+
+
 def cross_encoder(bench: Bench, corpus: Corpus, hybrid, bm25, capped) -> None:
     settings = bench.settings
     # The training report is kept beside the model, so a later run measuring the same model still reports it.
@@ -232,7 +237,7 @@ def cross_encoder(bench: Bench, corpus: Corpus, hybrid, bm25, capped) -> None:
     # (row suffix, weight, how it was chosen): the written validation split's weight, and a labelled dev split's
     weights: list[tuple[str, float, dict | None]] = [("", trained_fusion_weight(settings), None)]
     if bench.args.ce_dev_queries:
-        dev = dev_fusion(bench, corpus, reranker, depth=max(len(ranking.candidates) for ranking in hybrid.values()))
+        dev = dev_fusion(bench, corpus, reranker)
         weights.append((" (dev weight)", dev.weight, {"split": "scifact train claims", **dev.model_dump()}))
     baselines = {"hybrid": "hybrid (first stage)", "bm25": "bm25"}
     for name, first, subset in (("hybrid", hybrid, "ce"), ("bm25", bm25, "ce"), ("hybrid", capped, "llm")):
@@ -249,12 +254,12 @@ def cross_encoder(bench: Bench, corpus: Corpus, hybrid, bm25, capped) -> None:
                       tuning=tuning, fusion_weight=weight, seconds_per_query=round(seconds, 2))
 
 
-def dev_fusion(bench: Bench, corpus: Corpus, reranker, depth: int) -> FusionChoice:
+def dev_fusion(bench: Bench, corpus: Corpus, reranker) -> FusionChoice:
     """The cross-encoder's fusion weight chosen on the first --ce-dev-queries SciFact train claims: a labelled dev
     split of the same task (never test), against which the written validation split's choice can be judged."""
     dev = load_beir(SCIFACT, split="train")
     chosen = {query.id: query.text for query in dev.queries[: bench.args.ce_dev_queries]}
-    validation = Validation(chosen, dev.qrels, corpus, depth)
+    validation = Validation(chosen, dev.qrels, corpus, first_stage_depth(bench.args))
     return choose_weight(validation.first, validation.rerank(reranker), validation.ndcg, "nDCG@10")
 
 
@@ -373,12 +378,12 @@ def _only_ranking(trace: Trace) -> Trace:
 
 
 def print_table(result: ResultFile) -> None:
-    header = f"{'method':<34} {'set':<4} {'q':>4} {'nDCG@10':>8} {'R@10':>6} {'calls/q':>8} {'tok_in/q':>9} {'s/q':>6}"
+    header = f"{'method':<44} {'set':<4} {'q':>4} {'nDCG@10':>8} {'R@10':>6} {'calls/q':>8} {'tok_in/q':>9} {'s/q':>6}"
     print("\n" + header + "\n" + "-" * len(header))
     for row in result.experiments:
         cost = row.cost
         print(
-            f"{row.method:<34} {row.group:<4} {row.queries:>4} {row.metrics['nDCG@10']:>8.4f} "
+            f"{row.method:<44} {row.group:<4} {row.queries:>4} {row.metrics['nDCG@10']:>8.4f} "
             f"{row.metrics['R@10']:>6.3f} {cost.get('llm_calls_per_query', 0):>8} "
             f"{cost.get('tokens_in_per_query', 0):>9} {cost.get('seconds_per_query', 0):>6}"
         )
