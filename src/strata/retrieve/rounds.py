@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -25,6 +25,22 @@ class Verdict(BaseModel):
 
     sufficient: bool
     missing: list[str] = Field(default_factory=list, max_length=8, description="Facts the evidence lacks")
+
+    @classmethod
+    def model_json_schema(cls, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        """Two shapes: `{"sufficient": true}` and nothing more, or false with the missing facts. Under constrained
+        decoding a sufficient verdict then ends after its first field instead of listing facts nothing reads (the
+        0.5B wrote ~90 such tokens, ~5 s on 2 cores, in 21 of 27 LitQA2 verdicts)."""
+        schema = super().model_json_schema(*args, **kwargs)
+        properties = schema.pop("properties")
+        enough = {"sufficient": {**properties["sufficient"], "const": True}}
+        lacking = {**properties, "sufficient": {**properties["sufficient"], "const": False}}
+        schema.pop("required")
+        schema["anyOf"] = [
+            {"type": "object", "properties": enough, "required": ["sufficient"], "additionalProperties": False},
+            {"type": "object", "properties": lacking, "required": ["sufficient", "missing"], "additionalProperties": False},
+        ]
+        return schema
 
 
 class Constraints(BaseModel):
