@@ -114,6 +114,11 @@ CLAIMS = (
         (("hybrid first stage", SCIFACT_FIRST_STAGE),),
     ),
     Claim(
+        "Cross-encoder fused with the first stage (weight chosen on 809 labelled SciFact train claims)", "SciFact test",
+        "nDCG@10", Measure("corank-ce-written.json", "ce: hybrid > cross-encoder+fusion (dev weight)"),
+        (("hybrid first stage", SCIFACT_FIRST_STAGE),),
+    ),
+    Claim(
         "Pointwise P(yes) reranker fused with the first stage (embedded 0.5B, weight 0.5 fixed in advance)",
         "SciFact test, 100 queries", "nDCG@10", Measure("corank-pointwise.json", "llm: hybrid > pointwise+fusion"),
         (("hybrid first stage", Measure("corank-pointwise.json", "llm: hybrid (first stage)")),),
@@ -601,7 +606,7 @@ def corank_section(name: str, result: ResultFile) -> str:
             f"{feature_pass['llm']['calls']} LLM calls ({feature_pass['llm']['tokens_in']:,} tokens in, "
             f"{feature_pass['llm']['tokens_out']:,} out), {feature_pass['seconds']:.1f} s."
         )
-    lines += [_tuned(e) for e in result.experiments if "tuning" in e.details]
+    lines += dict.fromkeys(_tuned(e) for e in result.experiments if "tuning" in e.details)
     lines += notes(name, result)
     lines.append(source_line(name, result))
     return "\n".join(lines)
@@ -614,8 +619,14 @@ READ_METRICS = (
 
 
 def _tuned(e: Experiment) -> str:
-    """How `strata tune-reranker` chose a '(tuned)' row's fusion weight, and what that weight costs in search."""
+    """How a '(tuned)' row's fusion weight was chosen by `strata tune-reranker` and what it costs in search, or how a
+    '(dev weight)' row's was chosen on a labelled dev split."""
     tuning = e.details["tuning"]
+    if "split" in tuning:
+        curve = ", ".join(f"{score:.3f}" for score in tuning["curve"].values())
+        return (f"'(dev weight)' rows: weight {tuning['weight']:g} chosen on {tuning['queries']} {tuning['split']} "
+                f"(labelled, never test) over the hybrid first stage; {tuning['metric']} at weights "
+                f"{', '.join(tuning['curve'])}: {curve}.")  # fmt: skip
     fusion = tuning["fusion"]
     spent = ("at weight 0 search keeps the first-stage order and makes no LLM call; the cost columns are those of "
              "measuring the reranker" if not fusion["weight"] else "search pays the cost columns")  # fmt: skip
