@@ -670,6 +670,7 @@ def read_section(name: str, result: ResultFile) -> str:
             f"{caps['passages_per_paper']} passages per paper, {caps['max_evidence']} evidence passages, LLM retrieval "
             f"{'on' if caps['llm_retrieval'] else 'off'}, option choice `{caps['choice']}`; "
             f"model {e.details['models']['llm_model']}."
+            + (f" Note: {note}." if (note := e.details.get("note")) else "")
         )
     lines.append(
         "SciFact claims: the first dev claims (file order) that have rationale sentences; sentence P/R/F1 are against "
