@@ -17,6 +17,7 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
 from strata.config import Settings
+from strata.documents.model import Ranking
 from strata.documents.parsers.beir import PARSER
 from strata.encoders.embedder import TORCH_LOCK, Embedder
 from strata.eval.beir import BeirDataset, load_beir, write_subset
@@ -234,10 +235,26 @@ def _reference_rankings(subset: Subset, queries: list[str], method: str) -> list
     return [subset.searcher.search(query, k=10, method=method) for query in queries]
 
 
+def _without_scores(ranking: Ranking) -> Ranking:
+    return ranking.model_copy(
+        update={
+            "candidates": [
+                c.model_copy(update={"score": 0.0, "chunks": [h.model_copy(update={"score": 0.0}) for h in c.chunks]})
+                for c in ranking.candidates
+            ]
+        }
+    )
+
+
+def _scores(ranking: Ranking) -> list[float]:
+    return [score for c in ranking.candidates for score in (c.score, *(h.score for h in c.chunks))]
+
+
 @pytest.mark.parametrize("method", ["dense", "hybrid"])
-def test_queries_batched_together_rank_exactly_as_one_by_one(subset: Subset, method: str) -> None:
+def test_queries_batched_together_rank_as_one_by_one(subset: Subset, method: str) -> None:
     """Concurrent queries embedded by the QueryBatcher (repeats once, equal token lengths in one call) search to the
-    same rankings, scores included, as queries embedded one at a time."""
+    same rankings as queries embedded one at a time, scores equal to float32 rounding (a GEMM over several rows may
+    sum in another order than over one: ~1e-7 on some CPUs)."""
     queries = [query.text for query in subset.dataset.queries[:12]]
     queries += queries[:4]  # repeats, asked while their first copies still wait
     expected = _reference_rankings(subset, queries, method)
@@ -249,7 +266,8 @@ def test_queries_batched_together_rank_exactly_as_one_by_one(subset: Subset, met
         with ThreadPoolExecutor(4) as pool:
             got = list(pool.map(lambda pair: subset.searcher.search(pair[0], k=10, method=method,
                                                                      query_vector=pair[1]), zip(queries, vectors)))
-        assert got == expected
+        assert [_without_scores(r) for r in got] == [_without_scores(r) for r in expected]
+        assert [_scores(r) for r in got] == [pytest.approx(_scores(r), rel=1e-5, abs=1e-6) for r in expected]
         assert batcher.embedded <= len(set(queries)) and batcher.calls < len(set(queries))
     finally:
         batcher.close()

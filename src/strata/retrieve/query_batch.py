@@ -7,8 +7,9 @@ is waiting at once and embeds it in as few calls as it can without changing a si
 
 - texts asked for by several callers at once are embedded once (a load test cycling a few questions, or users
   clicking the same example, mostly asks for texts already waiting);
-- distinct texts are batched only with texts of the same token length: such a batch has no padding, and its vectors
-  are the ones `Embedder.embed_query` gives one by one, bit for bit (a batch with padding differs by ~1e-7);
+- distinct texts are batched only with texts of the same token length: such a batch has no padding, so its vectors
+  are the ones `Embedder.embed_query` gives one by one up to the BLAS's rounding (bit for bit on some CPUs; on others
+  a batch of several rows is summed in another order than one row, ~1e-7 apart, as a padded batch always is);
 - the last `cache_size` distinct texts keep their vectors (exact: the same ones), so a repeated query skips the
   encoder.
 
