@@ -433,7 +433,7 @@ def toc_part(name: str, result: ResultFile, group: str, part: dict[str, Any], ex
             f"{report['train_examples']} synthetic questions ({report['dev_examples']} dev), "
             f"{report['steps']} steps ({report['epochs']:.2f} epochs) in {report['seconds']:.0f} s "
             f"({report['seconds_per_step']:.1f} s/step), best dev R@1 {report['best_dev_r1']:.3f} at step "
-            f"{report['best_step']}{', stopped early' if report['stopped_early'] else ''}."
+            f"{report['best_step']}{', stopped early' if report['stopped_early'] else ''}{_training_speed(report)}."
         )
     fusion = part.get("fusion")
     if fusion:
@@ -455,6 +455,14 @@ def toc_part(name: str, result: ResultFile, group: str, part: dict[str, Any], ex
     return "\n".join(lines)
 
 
+def _training_speed(report: dict[str, Any]) -> str:
+    """Seconds per epoch and tokens per second of the optimiser steps alone (recorded since 2026-12-03)."""
+    if "train_seconds" not in report or not report["epochs"]:
+        return ""
+    per_epoch = report["train_seconds"] / report["epochs"]
+    return f"; without dev checks {per_epoch:.0f} s/epoch, {report['tokens'] / report['train_seconds']:.0f} tokens/s"
+
+
 def _toc_title(part: dict[str, Any], result: ResultFile) -> str:
     device, kind = part.get("device", "cpu").upper(), part["kind"]
     if kind == "baselines":
@@ -466,7 +474,8 @@ def _toc_title(part: dict[str, Any], result: ResultFile) -> str:
         books = _chapters(part["chapters"])
         return f"Zero-shot LLM ({part['model']}, llama.cpp) on the small books: {books} ({device})"
     if kind == "small-book":
-        return f"Small book: {_chapters({part['book']: part['chapters']})} ({part['leaves']} leaves), {device}"
+        chapters = _chapters({part["book"]: part["chapters"]})
+        return f"Small book: {chapters} ({part['leaves']} leaves), base {part['train_model']}, {device}"
     if kind == "small-books":
         pooled = ", ".join(p["book"] for p in _pooled_small_books(part, result))
         return f"Small books together: {pooled} (each trained on its own ToC), {device}"

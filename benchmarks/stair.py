@@ -311,9 +311,11 @@ def run_cpu(args: argparse.Namespace) -> None:
         key = "zero_shot_llm_small_book"
         written = write_results("stair-cpu.json", {key: zero_shot_llm(sets, settings, part, "small-sample", key)})
     if "small" in parts:
+        overrides = small_overrides(args)
         for name in small_names:
-            part = small_book(books, name, settings, args.train_budget_s, small_overrides(args), modes)
-            written = write_results("stair-cpu.json", {f"small_{name}": part})
+            key = small_key(name, overrides["toc.train_model"])
+            part = small_book(books, name, key, settings, args.train_budget_s, overrides, modes)
+            written = write_results("stair-cpu.json", {f"small_{key}": part})
     if parts & {"small", "overall"}:
         overall = small_books_overall()
         # Pooled again, or dropped: a pooling of earlier runs the books no longer match must not stand.
@@ -403,8 +405,17 @@ def small_overrides(args: argparse.Namespace) -> dict:
         "toc.threads": args.threads,
         "toc.eval_every_steps": args.eval_every,
         "toc.patience": args.patience,
+        "toc.train_model": args.train_model,
     }
     return CPU_SMALL_SETTINGS | {name: value for name, value in given.items() if value is not None}
+
+
+def small_key(book: str, train_model: str) -> str:
+    """The small book's name in the results: the book, and the base model when it is not the measured default (so
+    another base is reported beside it, never over it, and never pooled with it)."""
+    if train_model == CPU_SMALL_SETTINGS["toc.train_model"]:
+        return book
+    return f"{book}-{Path(train_model.removeprefix('packaged:')).stem}"
 
 
 def small_test_set(books: dict, name: str):
@@ -413,7 +424,9 @@ def small_test_set(books: dict, name: str):
     return paper, chapter_queries, llm_sample(chapter_queries, CPU_SMALL_TEST_SAMPLE)
 
 
-def small_book(books: dict, name: str, settings, train_budget_s: float, overrides: dict, modes: tuple) -> dict:
+def small_book(
+    books: dict, name: str, key: str, settings, train_budget_s: float, overrides: dict, modes: tuple
+) -> dict:
     from strata.config import Settings
     from strata.encoders.embedder import Embedder
     from strata.llm import make_client
@@ -424,7 +437,7 @@ def small_book(books: dict, name: str, settings, train_budget_s: float, override
     from strata.toc.tree import document_toc
 
     paper, all_queries, queries = small_test_set(books, name)
-    tag = f"small-{name}"
+    tag = f"small-{key}"
     toc = document_toc(paper)
     small_settings = Settings.load(overrides=overrides)
     started = time.perf_counter()
@@ -450,7 +463,7 @@ def small_book(books: dict, name: str, settings, train_budget_s: float, override
         modes=list(modes),
         zero_shot=False,  # the zero-shot baseline is the packaged LLM on the ToC (zero_shot_llm); CPU time is scarce
     )
-    adapters = ADAPTERS / name
+    adapters = ADAPTERS / key
     runs = run_job(job, small_settings.toc.train_model, settings.llm.model_dir, "cpu", adapters, log, train_budget_s)
     embedder = Embedder(settings.index.embedding)
     methods = {
@@ -705,6 +718,11 @@ def main() -> None:
     cpu.add_argument("--threads", type=int, help="toc.threads: torch threads (2 on a quiet machine)")
     cpu.add_argument("--eval-every", type=int, help="toc.eval_every_steps: steps between dev R@1 checks")
     cpu.add_argument("--patience", type=int, help=f"toc.patience (default {CPU_SMALL_SETTINGS['toc.patience']})")
+    cpu.add_argument(
+        "--train-model",
+        help=f"toc.train_model: the base fine-tuned (default {CPU_SMALL_SETTINGS['toc.train_model']}); another base "
+        "is reported as its own small-book part, e.g. small_psychology-2e-smollm2-135m",
+    )
     prepare = commands.add_parser("prepare-gpu")
     prepare.add_argument("--folder", default=str(GPU_FOLDER))
     prepare.add_argument("--model", default=None, help="model to fine-tune there (default: toc.train_model)")

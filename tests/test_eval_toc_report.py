@@ -34,7 +34,8 @@ def test_every_stair_part_is_rendered_with_training_and_the_randomization_test()
                   "baseline_file": "x/small-all-bm25.json", "baseline_mean": 0.7, "mean_delta": -0.5, "p_value": 0.0001,
                   "permutations": 10000, "seed": 7, "wins": 1, "ties": 20, "losses": 39, "baseline": "bm25"}
     training = {"mode": "stair", "device": "cpu", "train_examples": 102, "dev_examples": 24, "steps": 6, "epochs": 0.24,
-                "seconds": 600.0, "seconds_per_step": 100.0, "best_dev_r1": 0.0, "best_step": 6, "stopped_early": False}
+                "seconds": 600.0, "seconds_per_step": 100.0, "train_seconds": 480.0, "tokens": 12000, "best_dev_r1": 0.0,
+                "best_step": 6, "stopped_early": False}
     fusion = {"weight": 0.3, "metric": "dev R@1", "queries": 24, "curve": {"0": 0.5, "0.3": 0.625, "1": 0.25}}
     parts = {
         "full_books": {"kind": "baselines", "device": "cpu"},
@@ -55,7 +56,7 @@ def test_every_stair_part_is_rendered_with_training_and_the_randomization_test()
     text = load_report().toc_sections({"stair-cpu.json": result})
 
     assert text.index("### ToC retrieval: Whole books, all questions (CPU)") < text.index(
-        "### ToC retrieval: Small book: psych, chapters Memory, Sleep (42 leaves), CPU"
+        "### ToC retrieval: Small book: psych, chapters Memory, Sleep (42 leaves), base packaged:tiny, CPU"
     )
     assert "### ToC retrieval: Zero-shot LLM (tiny, llama.cpp), 60 sampled questions per book (CPU)" in text
     assert "| bm25 | all | 60 | 0.719 | 0.900 | 0.800 | 0 (by construction) | 1234 |" in text
@@ -64,6 +65,7 @@ def test_every_stair_part_is_rendered_with_training_and_the_randomization_test()
     assert "| stair | psych | 60 | 0.200 | 0.900 | 0.800 | 0.050 |" in text and "| stair | all |" not in text
     assert "Training stair (packaged:tiny on cpu): 102 synthetic questions (24 dev), 6 steps (0.24 epochs) in 600 s" \
         in text
+    assert "at step 6; without dev checks 2000 s/epoch, 25 tokens/s." in text  # 480 s / 0.24 epochs; 12,000 / 480 s
     assert "the hybrid top 10 leaves ordered by the STAIR adapter, fused by rank at adapter weight 0.3, chosen on 24 " \
         "synthetic dev questions (dev R@1 by weight: 0: 0.500, 0.3: 0.625, 1: 0.250)" in text
     assert "small-all-stair 0.200 vs small-all-bm25 0.700 (delta -0.500), p = 0.0001 (10,000 permutations, " \

@@ -125,6 +125,9 @@ def test_training_fits_the_examples_and_a_saved_adapter_loads_back_identically(t
     assert after < before - 0.2 and report.steps == 30 and [c.step for c in report.checks] == [10, 20, 30]
     # Early stopping keeps the weights of the best dev check.
     assert report.best_dev_r1 == max(c.dev_r1 for c in report.checks) > 0
+    # Each step runs the shared ToC once and every example's question and answer; dev checks are not training time.
+    per_step = len(TOC_PREFIX) + sum(len(e.prompt_ids) - len(TOC_PREFIX) + len(e.answer_ids) for e in TRAIN)
+    assert report.tokens == 30 * per_step and 0 < report.train_seconds < report.seconds
     meta = AdapterMeta(
         mode="stair", base_model="tiny", paper_ids=["p"], lora_r=4, lora_alpha=8, answer_format=ANSWER_FORMAT
     )

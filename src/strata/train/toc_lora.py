@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from strata.config import TocSettings
 from strata.toc.adapter import ANSWER_FORMAT, AdapterMeta
@@ -44,6 +44,8 @@ class TrainReport(BaseModel):
     epochs: float
     seconds: float
     seconds_per_step: float
+    train_seconds: float = Field(description="Seconds of the optimiser steps alone, dev checks excluded")
+    tokens: int = Field(description="Tokens the training steps ran through the model (a reused ToC reading excluded)")
     best_dev_r1: float
     best_step: int
     stopped_early: bool
@@ -148,13 +150,15 @@ def _train(
     stopper = _EarlyStopping(settings.patience)
     checks: list[DevCheck] = []
     losses: list[float] = []
-    step, started = 0, time.perf_counter()
+    step, tokens, dev_seconds, started = 0, 0, 0.0, time.perf_counter()
     # The base model's reading of each document's ToC: computed once, the same for every step (no gradient).
     firsts = {} if settings.adapt_toc else {example.paper_id: example for example in reversed(train)}
     prefixes = {paper_id: PrefixCache(peft_model, query_prefix(first), True) for paper_id, first in firsts.items()}
     for batch in _endless_batches(train, settings.batch_size, rng):
         peft_model.train()
-        loss = _loss(peft_model, batch, encoder.tokenizer.pad_token_id, device, prefixes.get(batch[0].paper_id))
+        prefix = prefixes.get(batch[0].paper_id)
+        loss = _loss(peft_model, batch, encoder.tokenizer.pad_token_id, device, prefix)
+        tokens += _tokens_run(batch, prefix)
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
@@ -164,7 +168,9 @@ def _train(
         last = step >= max_steps or (budget_s is not None and time.perf_counter() - started > budget_s)
         if step % check_every == 0 or last:
             peft_model.eval()
+            checked = time.perf_counter()
             r1 = dev_r1(peft_model, encoder, dev, tries, dev_batch, base_prefix=not settings.adapt_toc)
+            dev_seconds += time.perf_counter() - checked
             checks.append(DevCheck(step=step, epoch=step / batches_per_epoch, dev_r1=r1, train_loss=_mean(losses)))
             log(f"{mode}: step {step}/{max_steps} loss {checks[-1].train_loss:.3f} dev R@1 {r1:.3f}")
             losses.clear()
@@ -183,6 +189,8 @@ def _train(
         epochs=step / batches_per_epoch,
         seconds=seconds,
         seconds_per_step=seconds / max(step, 1),
+        train_seconds=seconds - dev_seconds,
+        tokens=tokens,
         best_dev_r1=stopper.best_r1,
         best_step=stopper.best_step,
         stopped_early=stopper.stop,
@@ -253,8 +261,7 @@ def _loss(model: Any, batch: Sequence[Example], pad: int, device: str, prefix: P
     """
     import torch
 
-    shared = shared_prefix_length([example.prompt_ids for example in batch]) if prefix is None else len(prefix.ids)
-    suffixes = [example.prompt_ids[shared:] + example.answer_ids for example in batch]
+    shared, suffixes = _split(batch, prefix)
     width = max(len(suffix) for suffix in suffixes)
     ids = torch.full((len(batch), width), pad, dtype=torch.long)
     mask = torch.ones((len(batch), shared + width), dtype=torch.long)
@@ -280,6 +287,20 @@ def _loss(model: Any, batch: Sequence[Example], pad: int, device: str, prefix: P
     return torch.nn.functional.cross_entropy(
         logits.float().reshape(-1, logits.shape[-1]), targets.to(device).reshape(-1), ignore_index=-100
     )
+
+
+def _split(batch: Sequence[Example], prefix: PrefixCache | None) -> tuple[int, list[list[int]]]:
+    """The length of the batch's shared prompt beginning (the cached ToC reading's, when given) and each example's
+    tokens after it (question and answer)."""
+    shared = shared_prefix_length([example.prompt_ids for example in batch]) if prefix is None else len(prefix.ids)
+    return shared, [example.prompt_ids[shared:] + example.answer_ids for example in batch]
+
+
+def _tokens_run(batch: Sequence[Example], prefix: PrefixCache | None) -> int:
+    """Tokens one step runs through the model: the shared beginning once (none when `prefix`, computed once, is
+    reused), then every example's rest."""
+    shared, suffixes = _split(batch, prefix)
+    return (shared if prefix is None else 0) + sum(len(suffix) for suffix in suffixes)
 
 
 def query_prefix(example: Example) -> list[int]:
