@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # STAIR on a lent GPU (the device tool's machine): whole books, all test questions. Prepared here by
 #   python benchmarks/stair.py prepare-gpu        # writes .stair_gpu/: job.json, model.gguf.part-NN, model.sha256, wheels/
-# The model is larger than one call may carry (64 MiB), so its parts travel in two calls on one warm machine
-# (it stays warm 30 s after a call; make the second call at once):
-#   call 1: bash benchmarks/stair_gpu.sh stage   carry: [".stair_gpu/model.gguf.part-00"]
-#   call 2: bash benchmarks/stair_gpu.sh run     carry: [".stair_gpu/model.gguf.part-01", ".stair_gpu/job.json",
-#                                                         ".stair_gpu/model.sha256", ".stair_gpu/wheels"]
+# The model is larger than one call may carry (64 MiB), so its parts travel in one call each on one warm machine
+# (it stays warm 30 s after a call; make each next call at once): the default 0.5B is 10 parts, SmolLM2-135M 2.
+#   calls 1..N-1: bash benchmarks/stair_gpu.sh stage   carry: [".stair_gpu/model.gguf.part-00"] (then -01, ...)
+#   call N:       bash benchmarks/stair_gpu.sh run     carry: [the last part, ".stair_gpu/job.json",
+#                                                              ".stair_gpu/model.sha256", ".stair_gpu/wheels"]
 # `stage` moves the carried parts to /tmp/stair_parts; `run` adds this call's parts, checks the assembled model's
 # sha256, installs the wheels the image lacks and runs `benchmarks/stair.py gpu`, writing $OUT/runs.json (bring it
 # back and run `python benchmarks/stair.py collect --runs DIR` here). Nothing is downloaded on the machine.

@@ -34,8 +34,8 @@ def test_every_stair_part_is_rendered_with_training_and_the_randomization_test()
                   "baseline_file": "x/small-all-bm25.json", "baseline_mean": 0.7, "mean_delta": -0.5, "p_value": 0.0001,
                   "permutations": 10000, "seed": 7, "wins": 1, "ties": 20, "losses": 39, "baseline": "bm25"}
     training = {"mode": "stair", "device": "cpu", "train_examples": 102, "dev_examples": 24, "steps": 6, "epochs": 0.24,
-                "seconds": 600.0, "seconds_per_step": 100.0, "train_seconds": 480.0, "tokens": 12000, "best_dev_r1": 0.0,
-                "best_step": 6, "stopped_early": False}
+                "seconds": 600.0, "seconds_per_step": 100.0, "train_seconds": 480.0, "tokens": 12000,
+                "best_dev_r1": 0.0, "best_step": 6, "stopped_early": False}
     fusion = {"weight": 0.3, "metric": "dev R@1", "queries": 24, "curve": {"0": 0.5, "0.3": 0.625, "1": 0.25}}
     parts = {
         "full_books": {"kind": "baselines", "device": "cpu"},
@@ -147,3 +147,26 @@ def test_scale_load_and_reliability_results_are_rendered_with_extrapolation_mark
     assert "| documents lost | 0 |" in text and "| hangs (past the per-file limit) | 1 |" in text
     assert "| LLM calls ending in a clear error | - |" in text  # no LLM part in this file
     assert "### Figures" not in text  # none drawn in this folder
+
+
+def test_a_summary_row_takes_the_paired_test_of_its_own_system_not_another_against_the_same_baseline() -> None:
+    def test(system_file: str, p: float, **named: str) -> dict:
+        return {"metric": "R@1", "baseline": "hybrid", "system_file": system_file, "p_value": p, **named}
+
+    group = "small_psychology-2e"
+    experiments = [
+        cell(group, method, "all", r1).model_copy(update={"per_query": f"stair/small-psychology-2e-all-{method}.json"})
+        for method, r1 in (("stair", 0.5), ("stair-fused", 0.883), ("hybrid", 0.883), ("dense", 0.867))
+    ]
+    comparisons = [  # STAIR's tests name no system (older files); the fused retriever's name it
+        test("stair/small-psychology-2e-all-stair.json", 0.0002),
+        test("stair/small-psychology-2e-all-stair-fused.json", 1.0, system="stair-fused"),
+    ]
+    parts = {group: {"kind": "small-book", "comparisons": comparisons}}
+    result = new_result("benchmarks/stair.py", experiments, datasets=[TOC], details={"parts": parts})
+
+    summary = load_report().render_summary({"stair-cpu.json": result})
+    rows = [row for row in summary.splitlines() if "hybrid leaves" in row]
+
+    assert any("STAIR fused" in row and "+0.000 (p 1.0000)" in row for row in rows)
+    assert any(row.startswith("| STAIR (LoRA") and "-0.383 (p 0.0002)" in row for row in rows)
