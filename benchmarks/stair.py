@@ -12,8 +12,9 @@ DSI LoRA training with early stopping on dev R@1 within a wall-time budget, eval
 on a small book per book: the three chapters after its introductory one, on a fixed sample of their questions
 (`small`; sizes in SMALL_BOOKS, CPU_SMALL_SETTINGS, CPU_TRAIN_BUDGET_S, CPU_SMALL_TEST_SAMPLE; about 60 minutes
 for psychology's on 2 cores with the 0.5B, 30 with SmolLM2-135M via `--train-model`). `small` then pools the small
-books (`overall`: pool again without training) into one table with the paired tests over all their questions. Each part is merged into the results file as it finishes, so
-parts and books can run as separate processes (e.g. one `--small-books` per core). `prepare-gpu` writes everything
+books (`overall`: pool again without training) into one table with the paired tests over all their questions. Each
+part is merged into the results file as it finishes, so parts and books can run as separate processes (e.g. one
+`--small-books` per core). `prepare-gpu` writes everything
 a lent GPU needs into an ignored folder (job, model split into parts under the 64 MiB transfer limit, wheels);
 `benchmarks/stair_gpu.sh` runs `gpu` there on whole books; `collect` scores the runs it sends back. Gold is a
 section (module); a predicted leaf matches when the gold path is a prefix of its path (strata.eval.toc). Results:
