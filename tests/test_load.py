@@ -47,7 +47,8 @@ def test_a_load_run_meters_the_cpu_per_request_of_the_server_tree_and_of_the_cli
         server.stdin.close()
         server.wait(timeout=30)
     assert outcome["requests_ok"] == 100
-    assert outcome["server_cpu_ms_per_request"] >= 1000 * SPIN_S / 100
+    # /proc counts CPU in ticks of 10 ms: the metered spin may fall short of SPIN_S by a tick or two (2.9 vs 3.0 seen)
+    assert outcome["server_cpu_ms_per_request"] >= 1000 * (SPIN_S - 0.02) / 100
     assert 0 <= outcome["client_cpu_ms_per_request"] < outcome["server_cpu_ms_per_request"]
 
 
