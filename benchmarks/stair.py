@@ -77,6 +77,9 @@ CPU_SMALL_SETTINGS = {
 CPU_TRAIN_BUDGET_S = 3600.0  # wall seconds per adapter
 CPU_DEV_LIMIT = 45  # dev questions per check and for the fusion weight: about 1 per leaf (each costs ~3 s)
 ADAPTERS = RESULTS / "tmp" / "stair-adapters"  # ignored: the fused retriever loads the STAIR adapter back
+# Committed: the synthetic questions the small-book rows were trained on (the LLM writes them once, ~12 min a book),
+# so a rerun trains on the same questions and a later session need not write them again.
+QUESTIONS = RESULTS / "toc-questions"
 CPU_SMALL_TEST_SAMPLE = 60
 CPU_PARTS = ("full", "zero-shot", "zero-shot-small", "small", "overall")
 FUSED = "stair-fused"
@@ -289,7 +292,7 @@ def run_cpu(args: argparse.Namespace) -> None:
     if set(small_names) - set(SMALL_BOOKS):
         raise SystemExit(f"unknown small books {sorted(set(small_names) - set(SMALL_BOOKS))}; choose from "
                          f"{', '.join(SMALL_BOOKS)}")
-    settings = Settings.load()
+    settings = Settings.load(overrides={"toc.question_cache": str(QUESTIONS)})
     books = {name: load_book(name) for name in BOOKS}
     written = None
     if "full" in parts:
