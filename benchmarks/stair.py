@@ -78,8 +78,8 @@ CPU_TRAIN_BUDGET_S = 3600.0  # wall seconds per adapter
 CPU_DEV_LIMIT = 45  # dev questions per check and for the fusion weight: about 1 per leaf (each costs ~3 s)
 ADAPTERS = RESULTS / "tmp" / "stair-adapters"  # ignored: the fused retriever loads the STAIR adapter back
 # Committed: the synthetic questions the small-book rows were trained on (the LLM writes them once, ~12 min a book),
-# so a rerun trains on the same questions and a later session need not write them again.
-QUESTIONS = RESULTS / "toc-questions"
+# so a rerun trains on the same questions and a later session need not write them again; prepare-gpu ships them.
+QUESTIONS = {"toc.question_cache": str(RESULTS / "toc-questions")}
 CPU_SMALL_TEST_SAMPLE = 60
 CPU_PARTS = ("full", "zero-shot", "zero-shot-small", "small", "overall")
 FUSED = "stair-fused"
@@ -292,7 +292,7 @@ def run_cpu(args: argparse.Namespace) -> None:
     if set(small_names) - set(SMALL_BOOKS):
         raise SystemExit(f"unknown small books {sorted(set(small_names) - set(SMALL_BOOKS))}; choose from "
                          f"{', '.join(SMALL_BOOKS)}")
-    settings = Settings.load(overrides={"toc.question_cache": str(QUESTIONS)})
+    settings = Settings.load(overrides=QUESTIONS)
     books = {name: load_book(name) for name in BOOKS}
     written = None
     if "full" in parts:
@@ -599,7 +599,7 @@ def prepare_gpu(args: argparse.Namespace) -> None:
 
     folder = Path(args.folder)
     folder.mkdir(parents=True, exist_ok=True)
-    settings = Settings.load(overrides=GPU_SETTINGS)
+    settings = Settings.load(overrides=GPU_SETTINGS | QUESTIONS)
     resolved = resolve_model(args.model or settings.toc.train_model, settings.llm.model_dir)
     books = []
     for name in BOOKS:
