@@ -14,10 +14,10 @@ on a small book per book: the three chapters after its introductory one, on a fi
 for psychology's on 2 cores with the 0.5B, 30 with SmolLM2-135M via `--train-model`). `small` then pools the small
 books (`overall`: pool again without training) into one table with the paired tests over all their questions. Each
 part is merged into the results file as it finishes, so parts and books can run as separate processes (e.g. one
-`--small-books` per core). `prepare-gpu` writes everything
-a lent GPU needs into an ignored folder (job, model split into parts under the 64 MiB transfer limit, wheels);
-`benchmarks/stair_gpu.sh` runs `gpu` there on whole books; `collect` scores the runs it sends back. Gold is a
-section (module); a predicted leaf matches when the gold path is a prefix of its path (strata.eval.toc). Results:
+`--small-books` per core). `prepare-gpu` writes everything a lent GPU needs into an ignored folder (job, model
+split into parts under the 64 MiB transfer limit, wheels); `benchmarks/stair_gpu.sh` runs `gpu` there on whole
+books; `collect` scores the runs it sends back. Gold is a section (module); a predicted leaf matches when the gold
+path is a prefix of its path (strata.eval.toc). Results:
 benchmarks/results/stair-cpu.json, stair-gpu.json (strata.eval.results), per-query files in benchmarks/results/stair/
 (result files `strata.eval.compare` reads), and the tables as benchmarks/RESULTS.md shows them.
 """
