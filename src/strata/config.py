@@ -363,13 +363,14 @@ class RelateSettings(_Section):
     candidates: int = Field(default=50, ge=1, description="Papers in the final fused candidate set (Lit3R: 50)")
     weight_a: float = Field(default=1.0, ge=0, description="RRF weight of Ranking A in the final fusion")
     weight_b: float = Field(
-        default=0.5,
+        default=0.1,
         ge=0,
         description="RRF weight of Ranking B in the final fusion (with keep_a: chosen on SciFact's train claims by "
-        "benchmarks/lit3r_retrieval.py --part weights, the best R@50 that lowers no recall)",
+        "benchmarks/lit3r_retrieval.py --part weights, the best multi-gold R@50 that lowers no single- or multi-gold "
+        "recall)",
     )
     keep_a: int = Field(
-        default=10,
+        default=3,
         ge=0,
         description="Ranking A's first papers that keep their places; B fuses into the candidates after them",
     )
