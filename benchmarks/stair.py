@@ -445,7 +445,7 @@ def small_book(
     paper, all_queries, queries = small_test_set(books, name)
     tag = f"small-{key}"
     toc = document_toc(paper)
-    small_settings = Settings.load(overrides=overrides)
+    small_settings = Settings.load(overrides=QUESTIONS | overrides)
     started = time.perf_counter()
     question_model = resolve_model(settings.llm.model, settings.llm.model_dir).identity
     cache = QuestionCache(settings.toc.question_cache, toc.paper_id, question_model)
@@ -557,7 +557,11 @@ def small_books_overall() -> dict | None:
     if len(parts) < 2:
         log(f"not pooling the small books: {path.name} holds {len(parts)} of them ({', '.join(parts) or 'none'})")
         return None
-    recipes = {json.dumps(part.get("settings"), sort_keys=True) for part in parts.values()}
+    # Where the synthetic questions were read from is no part of the recipe (the files are named by book and model).
+    recipes = {
+        json.dumps({k: v for k, v in part.get("settings", {}).items() if k != "question_cache"}, sort_keys=True)
+        for part in parts.values()
+    }
     if len(recipes) > 1:  # e.g. one book measured again with a new recipe, the other not yet
         log("not pooling the small books: they were trained with different settings")
         return None
