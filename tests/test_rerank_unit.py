@@ -192,6 +192,18 @@ def test_coarse_windows_over_200_candidates_fit_the_budget_and_bubble_up_the_bes
     assert all("numbers of the 10 most" in request for request in backend.listwise_requests())
 
 
+def test_vanilla_listwise_shortens_every_passage_until_the_prompt_fits_its_budget(store: CorpusStore):
+    backend = RankingBackend()
+    overrides = {"rerank.listwise_depth": 20, "rerank.passage_words": 40, "rerank.window_tokens": 800}
+    reranker = make_reranker(Settings.load(overrides=overrides), store, client_with(backend), method="listwise")
+    result = reranker.rank("what is best", first_stage())
+    (window,) = [LINE.findall(request) for request in backend.listwise_requests()]
+    assert len(window) == 20 and sum(estimated_tokens(text) for _, text in window) <= 800
+    words = {len(text.split()) for _, text in window}
+    assert len(words) == 1 and 10 < words.pop() < 40  # evenly shortened, not to the floor
+    assert ids(result)[0] in {"p006", "p013"}  # still ranked: grade 6 is the best of the first 20
+
+
 def test_rankgpt_sliding_window_makes_the_expected_windows(store: CorpusStore):
     backend = RankingBackend()
     settings = Settings.load(overrides={"rerank.window": 20, "rerank.stride": 10, "rerank.sliding_depth": 100})
