@@ -123,6 +123,14 @@ CLAIMS = (
         "SciFact test, 100 queries", "nDCG@10", Measure("corank-pointwise.json", "llm: hybrid > pointwise+fusion"),
         (("hybrid first stage", Measure("corank-pointwise.json", "llm: hybrid (first stage)")),),
     ),
+    *(
+        Claim(
+            f"Vanilla listwise reranker, top 20 (embedded 0.5B, first-token answer){label}", "SciFact test",
+            "nDCG@10", Measure("corank-listwise.json", f"llm: hybrid > listwise{suffix}"),
+            (("hybrid first stage", Measure("corank-listwise.json", "llm: hybrid (first stage)")),),
+        )
+        for suffix, label in (("", ""), ("+fusion", " fused with the first stage (weight 0.5 fixed in advance)"))
+    ),
     Claim(
         "CoRank reranker (embedded LLM, compact features)", "SciFact test", "nDCG@10",
         Measure("corank.json", "llm: hybrid > corank"),
