@@ -295,7 +295,8 @@ def format_row(row: Row) -> str:
     multi_text = " ".join(f"{row.multi_gold_recall[f'R@{k}']:.3f}" for k in KS) if row.multi_gold_questions else "  -"
     return (
         f"{row.dataset:<8} {row.name:<34} {row.questions:>4}  {recall_text}  | {row.multi_gold_questions:>3} "
-        f"{multi_text}  | {row.single_gold_recall.get('R@50', float('nan')):.3f} | {row.llm_calls_per_question:>5.1f} {row.tokens_in_per_question:>7.0f} "
+        f"{multi_text}  | {row.single_gold_recall['R@50']:.3f} | {row.llm_calls_per_question:>5.1f} "
+        f"{row.tokens_in_per_question:>7.0f} "
         f"{row.tokens_out_per_question:>5.0f} {row.retrieve_seconds_per_question:>7.2f} "
         f"{row.relate_seconds_per_question:>6.2f}"
     )
@@ -353,8 +354,8 @@ def row_dataset(dataset: str, part: str) -> str:
 
 
 def experiment(row: Row) -> Experiment:
-    """A row as an experiment: recall (and recall over the single- and the multi-gold questions) as metrics, LLM use and time as
-    cost."""
+    """A row as an experiment: recall (and recall over the single- and the multi-gold questions) as metrics, LLM
+    use and time as cost."""
     return Experiment(
         name=f"{row.dataset}: {row.name}",
         method=row.name,
@@ -369,7 +370,8 @@ def experiment(row: Row) -> Experiment:
             include={"llm_calls_per_question", "llm_cache_hits_per_question", "tokens_in_per_question",
                      "tokens_out_per_question", "retrieve_seconds_per_question", "relate_seconds_per_question"}
         ),
-        details=row.model_dump(include={"multi_gold_questions", "rounds_per_question", "reranker", "p_vs_relate_off", "fusion"}),
+        details=row.model_dump(include={"multi_gold_questions", "rounds_per_question", "reranker", "p_vs_relate_off",
+                                        "fusion"}),
     )  # fmt: skip
 
 

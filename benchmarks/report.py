@@ -546,15 +546,16 @@ def lit3r_section(name: str, result: ResultFile) -> str:
                 *(f"{e.metrics[k]:.3f}" for k in ks),
                 str(multi),
                 " / ".join(f"{e.metrics[f'multi-gold {k}']:.3f}" for k in ks) if multi else "-",
-                " / ".join(f"{e.metrics[f'single-gold {k}']:.3f}" for k in ks) if "single-gold R@1" in e.metrics else "-",
+                " / ".join(f"{e.metrics[f'single-gold {k}']:.3f}" for k in ks)
+                if "single-gold R@1" in e.metrics
+                else "-",
                 f"{e.cost['llm_calls_per_question']:.2f}",
                 f"{e.cost['tokens_in_per_question']:.0f} / {e.cost['tokens_out_per_question']:.0f}",
             ]
         )
     header = [
-        "dataset", "row", "Relate fusion", "n", *ks, "multi-gold n", "multi-gold R@1 / R@10 / R@50", "single-gold R@1 / R@10 / R@50",
-        "LLM calls/q",
-        "tokens in / out per q",
+        "dataset", "row", "Relate fusion", "n", *ks, "multi-gold n", "multi-gold R@1 / R@10 / R@50",
+        "single-gold R@1 / R@10 / R@50", "LLM calls/q", "tokens in / out per q",
     ]  # fmt: skip
     title = "### Lit3R retrieval: candidate-paper recall (Retrieve = A, Relate = B)"
     lines = [title, "", markdown_table(header, rows), ""]

@@ -59,22 +59,22 @@ class SlidingWindowReranker:
         return reordered(candidates, [top[index] for index in order], self.name)
 
 
+MIN_PASSAGE_WORDS = 10  # rerank.passage_words' own floor
+
+
 def fine_order(
     llm: ListwiseLLM, texts: PaperTexts, settings: RerankSettings, query: str, shortlist: Sequence[Candidate]
 ) -> list[Candidate]:
     """The shortlist in one full-text listwise prompt (CoRank's fine stage and vanilla listwise). Passages are
-    shortened evenly until the prompt fits `window_tokens`: twenty 120-word SciFact abstracts overflowed the 4096-token
-    context in 64 of 100 queries, and an overflowing prompt keeps the prior order."""
+    shortened evenly until the prompt fits the listwise LLM's `window_tokens`: twenty 120-word SciFact abstracts
+    overflowed the 4096-token context in 64 of 100 queries, and an overflowing prompt keeps the prior order."""
     words = settings.passage_words
     while True:
         passages = [texts.passage(candidate.paper_id, words) for candidate in shortlist]
         total = sum(estimated_tokens(passage) for passage in passages)
-        if total <= settings.window_tokens or words <= MIN_PASSAGE_WORDS:
+        if total <= llm.window_tokens or words <= MIN_PASSAGE_WORDS:
             return [shortlist[index] for index in llm.order_window(query, passages)]
-        words = max(MIN_PASSAGE_WORDS, int(words * settings.window_tokens / total))  # strictly fewer each time
-
-
-MIN_PASSAGE_WORDS = 10  # rerank.passage_words' own floor
+        words = max(MIN_PASSAGE_WORDS, int(words * llm.window_tokens / total))  # strictly fewer each time
 
 
 Representation = Callable[[str, Sequence[Candidate]], list[str]]
