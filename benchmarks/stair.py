@@ -319,7 +319,7 @@ def run_cpu(args: argparse.Namespace) -> None:
     if "small" in parts:
         overrides = small_overrides(args)
         for name in small_names:
-            key = small_key(name, overrides["toc.train_model"])
+            key = small_key(name, overrides)
             part = small_book(books, name, key, settings, args.train_budget_s, overrides, modes)
             written = write_results("stair-cpu.json", {f"small_{key}": part})
     if parts & {"small", "overall"}:
@@ -412,16 +412,26 @@ def small_overrides(args: argparse.Namespace) -> dict:
         "toc.eval_every_steps": args.eval_every,
         "toc.patience": args.patience,
         "toc.train_model": args.train_model,
+        "toc.questions_per_leaf": args.questions_per_leaf,
+        "toc.passages_per_leaf": args.passages_per_leaf,
     }
     return CPU_SMALL_SETTINGS | {name: value for name, value in given.items() if value is not None}
 
 
-def small_key(book: str, train_model: str) -> str:
-    """The small book's name in the results: the book, and the base model when it is not the measured default (so
-    another base is reported beside it, never over it, and never pooled with it)."""
-    if train_model == CPU_SMALL_SETTINGS["toc.train_model"]:
-        return book
-    return f"{book}-{Path(train_model.removeprefix('packaged:')).stem}"
+def small_key(book: str, overrides: dict) -> str:
+    """The small book's name in the results: the book, then the base model when it is not the measured default and
+    the question recipe when one was given (so another recipe is reported beside the default, never over it, and
+    never pooled with it)."""
+    parts = [book]
+    if overrides["toc.train_model"] != CPU_SMALL_SETTINGS["toc.train_model"]:
+        parts.append(Path(overrides["toc.train_model"].removeprefix("packaged:")).stem)
+    recipe = overrides.get("toc.questions_per_leaf"), overrides.get("toc.passages_per_leaf")
+    if any(recipe):
+        from strata.config import TocSettings
+
+        defaults = TocSettings()
+        parts.append(f"q{recipe[0] or defaults.questions_per_leaf}p{recipe[1] or defaults.passages_per_leaf}")
+    return "-".join(parts)
 
 
 def small_test_set(books: dict, name: str):
@@ -448,11 +458,11 @@ def small_book(
     small_settings = Settings.load(overrides=QUESTIONS | overrides)
     started = time.perf_counter()
     question_model = resolve_model(settings.llm.model, settings.llm.model_dir).identity
-    cache = QuestionCache(settings.toc.question_cache, toc.paper_id, question_model)
-    questions = cached_questions(toc, toc.leaves(), settings.toc, cache)
+    cache = QuestionCache(small_settings.toc.question_cache, toc.paper_id, question_model)
+    questions = cached_questions(toc, toc.leaves(), small_settings.toc, cache)
     if len(questions) < len(toc.leaves()):  # the LLM is loaded only when some leaf has no cached questions
         with make_client(settings) as client:
-            questions = generate_questions(client, toc, toc.leaves(), settings.toc, cache)
+            questions = generate_questions(client, toc, toc.leaves(), small_settings.toc, cache)
     question_seconds = time.perf_counter() - started
     job = StairJob(
         books=[
@@ -733,6 +743,9 @@ def main() -> None:
         help=f"toc.train_model: the base fine-tuned (default {CPU_SMALL_SETTINGS['toc.train_model']}); another base "
         "is reported as its own small-book part, e.g. small_psychology-2e-smollm2-135m",
     )
+    cpu.add_argument("--questions-per-leaf", type=int, help="toc.questions_per_leaf (a part of its own, e.g. "
+                     "small_psychology-2e-q24p8)")
+    cpu.add_argument("--passages-per-leaf", type=int, help="toc.passages_per_leaf (with --questions-per-leaf)")
     prepare = commands.add_parser("prepare-gpu")
     prepare.add_argument("--folder", default=str(GPU_FOLDER))
     prepare.add_argument("--model", default=None, help="model to fine-tune there (default: toc.train_model)")

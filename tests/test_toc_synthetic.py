@@ -73,8 +73,11 @@ def test_generation_asks_per_passage_without_the_title_and_then_answers_from_the
     assert not any("Alpha" in prompt or "Beta" in prompt for prompt in client.prompts)  # no title or path shown
     assert len(first["1"]) == 6
     assert generate_questions(client, toc, toc.leaves(), settings, cache) == first and len(client.prompts) == 6
-    # A different prompt (more words per passage) is a cache miss.
-    assert cached_questions(toc, toc.leaves(), settings.model_copy(update={"passage_words": 60}), cache) == {}
+    # A different prompt (more words per passage) is a cache miss; its questions are cached beside the first ones.
+    wider = settings.model_copy(update={"passage_words": 60})
+    assert cached_questions(toc, toc.leaves(), wider, cache) == {}
+    generate_questions(client, toc, toc.leaves(), wider, cache)
+    assert len(client.prompts) == 6 + 4 and cached_questions(toc, toc.leaves(), settings, cache) == first  # 2 windows of 60
 
 
 def test_a_short_leaf_is_one_passage_asked_for_all_its_questions(tmp_path: Path):

@@ -2,7 +2,8 @@
 text, shown without the leaf's title or path (so the questions do not echo the ToC entry they are trained to find).
 
 Questions are cached on disk per document and generating model, keyed by the leaf's path and a hash of the prompts,
-so a run only asks about leaves it has not seen (also when the ToC is renumbered, e.g. for a chapter subset). The
+so a run only asks about leaves it has not seen (also when the ToC is renumbered, e.g. for a chapter subset), and
+another recipe (more questions or passages per leaf) writes beside the old questions instead of hiding them. The
 train/dev split is made per leaf and is deterministic: a leaf's questions are ordered by a seeded hash and the first
 share goes to dev. Real test questions are never used here.
 """
@@ -78,16 +79,17 @@ class QuestionCache:
         slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", model)[-80:]
         self.path = folder.expanduser() / f"{paper_id}--{slug}.jsonl"
 
-    def load(self) -> dict[tuple[str, ...], CachedQuestions]:
+    def load(self) -> dict[tuple[tuple[str, ...], str], CachedQuestions]:
+        """Entries by (leaf path, prompt hash)."""
         if not self.path.is_file():
             return {}
-        entries: dict[tuple[str, ...], CachedQuestions] = {}
+        entries: dict[tuple[tuple[str, ...], str], CachedQuestions] = {}
         for number, line in enumerate(self.path.read_text(encoding="utf-8").splitlines(), start=1):
             try:
                 entry = CachedQuestions.model_validate_json(line)
             except ValueError as error:
                 raise ValueError(f"{self.path}:{number}: not a cached question record: {error}") from error
-            entries[entry.path] = entry
+            entries[entry.path, entry.prompt_sha] = entry
         return entries
 
     def add(self, entries: Iterable[CachedQuestions]) -> None:
@@ -108,8 +110,8 @@ def cached_questions(
     stored = cache.load()
     found: dict[str, list[str]] = {}
     for leaf in leaves:
-        entry = stored.get(leaf.path)
-        if entry is not None and entry.prompt_sha == prompt_sha(question_prompts(toc, leaf, settings)):
+        entry = stored.get((leaf.path, prompt_sha(question_prompts(toc, leaf, settings))))
+        if entry is not None:
             found[leaf.number] = entry.questions
     return found
 
