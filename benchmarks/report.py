@@ -169,6 +169,19 @@ CLAIMS = (
         Measure("stair-cpu.json", "small_psychology-2e-smollm2-135m/stair/all"),
         (("STAIR on the 0.5B base", Measure("stair-cpu.json", "small_psychology-2e/stair/all")),),
     ),
+    *(
+        Claim(
+            f"{method}, trained on 24 questions asked per leaf over 8 passages (the default: 8 over 4)",
+            "OpenStax ToC-QA, small book psychology-2e", "R@1",
+            Measure("stair-cpu.json", f"small_psychology-2e-q24p8/{name}/all"),
+            (
+                ("the same, default recipe", Measure("stair-cpu.json", f"small_psychology-2e/{name}/all")),
+                ("dense leaves", Measure("stair-cpu.json", "small_psychology-2e-q24p8/dense/all")),
+                ("hybrid leaves", Measure("stair-cpu.json", "small_psychology-2e-q24p8/hybrid/all")),
+            ),
+        )
+        for name, method in (("stair", "STAIR"), ("stair-fused", "STAIR fused with hybrid leaf search"))
+    ),
     Claim(
         "STAIR fused with hybrid leaf search (weight chosen on synthetic dev questions)",
         "OpenStax ToC-QA, small books", "R@1", Measure("stair-cpu.json", "small_books_overall/stair-fused/all"),
@@ -500,7 +513,10 @@ def _toc_title(part: dict[str, Any], result: ResultFile) -> str:
         return f"Zero-shot LLM ({part['model']}, llama.cpp) on the small books: {books} ({device})"
     if kind == "small-book":
         chapters = _chapters({part["book"]: part["chapters"]})
-        return f"Small book: {chapters} ({part['leaves']} leaves), base {part['train_model']}, {device}"
+        recipe = part.get("settings", {})
+        asked = f", {recipe['questions_per_leaf']} questions asked per leaf over {recipe['passages_per_leaf']} " \
+            "passages" if "questions_per_leaf" in recipe else ""
+        return f"Small book: {chapters} ({part['leaves']} leaves), base {part['train_model']}{asked}, {device}"
     if kind == "small-books":
         pooled = ", ".join(p["book"] for p in _pooled_small_books(part, result))
         return f"Small books together: {pooled} (each trained on its own ToC), {device}"

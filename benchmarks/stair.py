@@ -183,16 +183,49 @@ def paired_tests(methods: dict, system: str, metric: str = "R@1") -> list[dict]:
 
 def paired(methods: dict, system: str, baseline: str, metric: str) -> dict:
     """The paired randomization test of `system` against `baseline` over all their questions."""
+    return paired_files(methods[baseline]["all"], methods[system]["all"], metric)
+
+
+def paired_files(baseline: dict, system: dict, metric: str) -> dict:
+    """The paired randomization test between two cells' per-query files."""
     from strata.eval.compare import compare
 
-    result = compare(
-        REPO / methods[baseline]["all"]["per_query_file"],
-        REPO / methods[system]["all"]["per_query_file"],
-        metric,
-        permutations=PERMUTATIONS,
-        seed=SEED,
-    )
+    result = compare(REPO / baseline["per_query_file"], REPO / system["per_query_file"], metric,
+                     permutations=PERMUTATIONS, seed=SEED)
     return result.model_dump(exclude={"per_query_delta"})
+
+
+def compare_recipes():
+    """Every small book trained on another recipe, its paired tests against the book's default part (measured then
+    or since) added again; the results file as written, or None when it has no such part."""
+    from strata.eval.results import load_result
+
+    path = RESULTS / "stair-cpu.json"
+    written = load_result(path) if path.is_file() else None
+    described = written.details.get("parts", {}) if written else {}
+    others = {key: part for key, part in described.items()
+              if part.get("kind") == "small-book" and key != f"small_{part['book']}"}
+    for key, part in others.items():
+        methods = methods_of(written, key)
+        kept = [test for test in part.get("comparisons", []) if "baseline_part" not in test]
+        tests = recipe_tests(part["book"], methods)
+        written = write_results("stair-cpu.json", {key: {**part, "methods": methods, "comparisons": kept + tests}})
+    return written if others else None
+
+
+def recipe_tests(book: str, methods: dict, metric: str = "R@1") -> list[dict]:
+    """A small book trained on another recipe (base model, questions) against the book's default part, for each
+    trained method both measured (the leaf baselines read no training data: the same in both)."""
+    from strata.eval.results import load_result
+
+    path = RESULTS / "stair-cpu.json"
+    default = methods_of(load_result(path), f"small_{book}") if path.is_file() else {}
+    return [
+        {"system": method, "baseline": method, "baseline_part": f"small_{book}",
+         **paired_files(default[method]["all"], methods[method]["all"], metric)}
+        for method in ("stair", "dsi", FUSED)
+        if method in methods and "all" in default.get(method, {})
+    ]
 
 
 def dataset_ref():
@@ -323,6 +356,7 @@ def run_cpu(args: argparse.Namespace) -> None:
             part = small_book(books, name, key, settings, args.train_budget_s, overrides, modes)
             written = write_results("stair-cpu.json", {f"small_{key}": part})
     if parts & {"small", "overall"}:
+        written = compare_recipes() or written
         overall = small_books_overall()
         # Pooled again, or dropped: a pooling of earlier runs the books no longer match must not stand.
         written = write_results("stair-cpu.json", {"small_books_overall": overall}) if overall else drop_part(
