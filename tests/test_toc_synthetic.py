@@ -92,9 +92,10 @@ def test_a_short_leaf_is_one_passage_asked_for_all_its_questions(tmp_path: Path)
     assert len(client.prompts) == 2 and "Write 8 questions." in client.prompts[0]
 
 
-def test_near_duplicate_questions_are_dropped():
+def test_near_duplicate_questions_and_copied_passages_are_dropped():
     kept = clean_questions([
         "What causes the tides in a salt marsh?",
+        "Tidal channels carry seawater into a marsh twice a day, " * 5 + "do they?",  # 51 words: copied text
         "What causes the tides in a salt marsh ?",
         "What causes tides in the salt marsh?",
         "How does cordgrass trap sediment?",

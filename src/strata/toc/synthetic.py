@@ -25,6 +25,9 @@ from strata.toc.model import DocumentToc, SyntheticQuestions, TocEntry, Training
 
 QUESTIONS_PROMPT = "toc_questions"
 NEAR_DUPLICATE = 0.8  # word-set Jaccard at which a question repeats an earlier one (small models reword little)
+# Longer is the passage copied, not a question (the 0.5B asked for 3 a passage copied up to 149 words); such a
+# suffix also widens every training batch it is in (16 of them attending to the whole ToC ran 24 GiB out of memory).
+MAX_QUESTION_WORDS = 40
 _WORD = re.compile(r"\w+")
 _QUOTED_QUESTION = re.compile(r'"([^"\n]{8,}\?)"')
 
@@ -112,7 +115,7 @@ def cached_questions(
     for leaf in leaves:
         entry = stored.get((leaf.path, prompt_sha(question_prompts(toc, leaf, settings))))
         if entry is not None:
-            found[leaf.number] = entry.questions
+            found[leaf.number] = clean_questions(entry.questions)  # as cleaned now (an older cache held long ones)
     return found
 
 
@@ -139,13 +142,15 @@ def generate_questions(
 
 
 def clean_questions(questions: Iterable[str]) -> list[str]:
-    """Stripped and non-empty, near-duplicates dropped: a question whose word set overlaps an earlier kept one's by
-    NEAR_DUPLICATE (Jaccard) or more, exact repeats (case aside) included."""
+    """Stripped, non-empty and at most MAX_QUESTION_WORDS words, near-duplicates dropped: a question whose word set
+    overlaps an earlier kept one's by NEAR_DUPLICATE (Jaccard) or more, exact repeats (case aside) included."""
     kept: list[str] = []
     word_sets: list[set[str]] = []
     for question in questions:
         text = " ".join(question.split())
         words = set(_WORD.findall(text.casefold()))
+        if len(text.split()) > MAX_QUESTION_WORDS:
+            continue
         if text and not any(_jaccard(words, earlier) >= NEAR_DUPLICATE for earlier in word_sets):
             kept.append(text)
             word_sets.append(words)
