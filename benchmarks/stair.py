@@ -208,20 +208,17 @@ def compare_recipes():
     for key, part in others.items():
         methods = methods_of(written, key)
         kept = [test for test in part.get("comparisons", []) if "baseline_part" not in test]
-        tests = recipe_tests(part["book"], methods)
+        tests = recipe_tests(f"small_{part['book']}", methods_of(written, f"small_{part['book']}"), methods)
         written = write_results("stair-cpu.json", {key: {**part, "methods": methods, "comparisons": kept + tests}})
     return written if others else None
 
 
-def recipe_tests(book: str, methods: dict, metric: str = "R@1") -> list[dict]:
-    """A small book trained on another recipe (base model, questions) against the book's default part, for each
-    trained method both measured (the leaf baselines read no training data: the same in both)."""
-    from strata.eval.results import load_result
-
-    path = RESULTS / "stair-cpu.json"
-    default = methods_of(load_result(path), f"small_{book}") if path.is_file() else {}
+def recipe_tests(default_part: str, default: dict, methods: dict, metric: str = "R@1") -> list[dict]:
+    """A small book trained on another recipe (base model, questions) against the book's default part's methods
+    `default`, for each trained method both measured (the leaf baselines read no training data: the same in
+    both)."""
     return [
-        {"system": method, "baseline": method, "baseline_part": f"small_{book}",
+        {"system": method, "baseline": method, "baseline_part": default_part,
          **paired_files(default[method]["all"], methods[method]["all"], metric)}
         for method in ("stair", "dsi", FUSED)
         if method in methods and "all" in default.get(method, {})

@@ -77,7 +77,8 @@ def test_generation_asks_per_passage_without_the_title_and_then_answers_from_the
     wider = settings.model_copy(update={"passage_words": 60})
     assert cached_questions(toc, toc.leaves(), wider, cache) == {}
     generate_questions(client, toc, toc.leaves(), wider, cache)
-    assert len(client.prompts) == 6 + 4 and cached_questions(toc, toc.leaves(), settings, cache) == first  # 2 windows of 60
+    # 2 windows of 60 words per leaf: 4 new prompts; the first recipe's questions are still there.
+    assert len(client.prompts) == 6 + 4 and cached_questions(toc, toc.leaves(), settings, cache) == first
 
 
 def test_a_short_leaf_is_one_passage_asked_for_all_its_questions(tmp_path: Path):
