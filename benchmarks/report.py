@@ -38,9 +38,6 @@ LEGACY_NOTES = {
     "the input order in every answer (20 of 20 per method: `unchanged`, counted afterwards by replaying the cached "
     "answers through the current parser), so every row equals the first stage; the first-token run replaced it. Its "
     "feature passes count as 'extracted' every document sent to the LLM (2 of the 260 failed).",
-    "corank-listwise.json": "Cut at 70 of the 100 queries when the session ran out (~50 s a query on 2 cores once "
-    "prompts fit the context), then replayed from the LLM response cache, so its seconds per query read 0; rerun with "
-    "--queries 100 to finish it from that cache.",
     "corank-openai.json": "The OpenAI-compatible HTTP backend against `python -m llama_cpp.server` on loopback "
     "serving the same 0.5B GGUF (STRATA_LLM__BACKEND=openai, STRATA_LLM__BASE_URL=http://127.0.0.1:8011/v1, "
     "STRATA_LLM__MODEL=qwen2.5-coder-0.5b): it proves the path, not a stronger model; the answers echo the input "
