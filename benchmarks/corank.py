@@ -36,7 +36,7 @@ from strata.eval.results import (
 )
 from strata.eval.retrieval import _strict_scores, evaluate_run
 from strata.llm import Trace, TraceSummary, tracing
-from strata.eval.compare import paired_p_value
+from strata.stats import paired_p_value
 from strata.rerank.crossencoder import cross_encoder_source, trained_fusion_weight
 from strata.rerank.factory import compact_features, make_reranker
 from strata.rerank.fusion import FusedReranker, FusionChoice, TunedFusion, choose_weight, tuned_fusion
@@ -260,7 +260,8 @@ def dev_fusion(bench: Bench, corpus: Corpus, reranker) -> FusionChoice:
     dev = load_beir(SCIFACT, split="train")
     chosen = {query.id: query.text for query in dev.queries[: bench.args.ce_dev_queries]}
     validation = Validation(chosen, dev.qrels, corpus, first_stage_depth(bench.args))
-    return choose_weight(validation.first, validation.rerank(reranker), validation.ndcg, "nDCG@10")
+    return choose_weight(validation.first, validation.rerank(reranker), validation.query_ndcg, "nDCG@10",
+                         max_p=bench.settings.search.fusion_max_p)
 
 
 class Rescored:

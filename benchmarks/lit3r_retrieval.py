@@ -34,7 +34,7 @@ from pydantic import BaseModel, Field
 
 from strata.config import Settings
 from strata.corpus import Corpus
-from strata.eval.compare import paired_p_value
+from strata.stats import paired_p_value
 from strata.eval.datasets import EvalQuery, load_dataset
 from strata.eval.results import DatasetRef, Experiment, ResultFile, merged, new_result, repo_relative, update_result
 from strata.llm import LLMClient, Trace, TraceSummary, make_client

@@ -22,7 +22,7 @@ import numpy as np
 from strata.config import Settings
 from strata.corpus import Corpus
 from strata.eval.beir import BeirDataset, load_beir
-from strata.eval.compare import paired_p_value
+from strata.stats import paired_p_value
 from strata.eval.results import DatasetRef, Experiment, new_result, repo_relative, write_result
 from strata.eval.retrieval import _strict_scores, evaluate_run
 from strata.train.query_encoder import train_query_encoder

@@ -21,7 +21,7 @@ import numpy as np
 from strata.config import Settings
 from strata.encoders.embedder import Embedder
 from strata.eval.beir import BeirDataset, load_beir
-from strata.eval.compare import paired_p_value
+from strata.stats import paired_p_value
 from strata.eval.results import DatasetRef, Experiment, new_result, repo_relative, write_result
 from strata.eval.retrieval import run_retrieval_eval
 

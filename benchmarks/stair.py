@@ -567,9 +567,9 @@ def fused_stair(settings, toc, adapter, queries, split) -> tuple[list, object]:
     retriever = fused_retriever(settings, toc, tuned, encoder, read_adapter_meta(adapter).adapt_toc, 0.0)
     started = time.perf_counter()
     dev = [item for item in split if item.split == "dev"]
-    choice = choose_fusion_weight(retriever, dev[:: -(-len(dev) // CPU_DEV_LIMIT)])  # as training_examples cuts it
-    log(f"fusion weight {choice.weight:g} on {choice.queries} dev questions ({time.perf_counter() - started:.0f}s): "
-        f"{choice.curve}")
+    choice = choose_fusion_weight(retriever, dev[:: -(-len(dev) // CPU_DEV_LIMIT)],  # as training_examples cuts it
+                                  settings.search.fusion_max_p)
+    log(f"{choice.verdict()} ({time.perf_counter() - started:.0f}s): {choice.curve}")
     retriever.weight = choice.weight
     return [retriever.rank(q.question, K) for q in queries], choice
 

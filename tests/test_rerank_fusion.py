@@ -43,20 +43,43 @@ def test_the_fused_reranker_keeps_every_candidate_and_names_itself():
         FusedReranker(Reverse(), 1.5)
 
 
+def reciprocal_rank(gold: dict[str, str]):
+    def score(runs) -> dict[str, float]:
+        return {qid: 1 / (runs[qid].index(gold[qid]) + 1) for qid in runs}
+
+    return score
+
+
 def test_validation_gives_weight_zero_to_a_reranker_that_hurts_and_one_to_one_that_helps():
     gold = {"q1": "a", "q2": "b"}
+    mrr = reciprocal_rank(gold)
     first = {"q1": ranking(["a", "b", "c"]), "q2": ranking(["b", "a", "c"])}
-
-    def mrr(runs) -> float:
-        return sum(1 / (runs[qid].index(gold[qid]) + 1) for qid in runs) / len(runs)
-
     hurting = {qid: Reverse().rank(qid, r) for qid, r in first.items()}
     choice = choose_weight(first, hurting, mrr, "MRR")
     assert choice.weight == 0.0 and choice.gain == 0.0 and set(choice.curve) == {f"{w / 10:g}" for w in range(11)}
+    assert choice.best_weight == 0.0 and choice.p_value is None and "does not beat" in choice.verdict()
     helping_first = {"q1": ranking(["c", "b", "a"]), "q2": ranking(["c", "a", "b"])}
     helping = {qid: Reverse().rank(qid, r) for qid, r in helping_first.items()}
     choice = choose_weight(helping_first, helping, mrr, "MRR")
-    assert choice.weight > 0.5 and choice.gain > 0
+    assert choice.weight > 0.5 and choice.gain > 0 and choice.curve["0"] == pytest.approx((1 / 3 + 1 / 3) / 2)
+
+
+def test_a_gain_on_too_few_validation_queries_keeps_the_first_stage():
+    # Two queries that both gain: the smallest two-sided sign-flip p-value of two queries is 0.5.
+    gold = {"q1": "a", "q2": "b"}
+    helping_first = {"q1": ranking(["c", "b", "a"]), "q2": ranking(["c", "a", "b"])}
+    helping = {qid: Reverse().rank(qid, r) for qid, r in helping_first.items()}
+    choice = choose_weight(helping_first, helping, reciprocal_rank(gold), "MRR", max_p=0.05)
+    assert choice.weight == 0.0 and choice.gain == 0.0
+    assert choice.best_weight and choice.best_weight > 0.5 and choice.p_value == pytest.approx(0.5, abs=0.05)
+    assert "too little evidence" in choice.verdict()
+    # Twenty queries that all gain are evidence enough.
+    many_gold = {f"q{n}": "a" for n in range(20)}
+    many_first = {qid: ranking(["c", "b", "a"]) for qid in many_gold}
+    many = {qid: Reverse().rank(qid, r) for qid, r in many_first.items()}
+    choice = choose_weight(many_first, many, reciprocal_rank(many_gold), "MRR", max_p=0.05)
+    assert choice.weight == choice.best_weight and choice.weight > 0.5 and choice.p_value < 0.001
+    assert choice.verdict().startswith(f"fused at weight {choice.weight:g}")
 
 
 def test_the_factory_fuses_any_reranker_and_weight_zero_builds_none():

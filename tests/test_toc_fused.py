@@ -71,6 +71,9 @@ def test_a_knowing_adapter_gets_weight_and_fixes_the_top_leaf_a_misleading_one_g
     assert choice.weight > 0 and choice.curve[f"{choice.weight:g}"] == 1.0 and choice.queries == 4
     knowing.weight = choice.weight
     assert [title[knowing.rank(question, 1).leaves[0].number] for question, _ in DEV] == [t for _, t in DEV]
+    # Two dev questions fixed of four are too little evidence for the fusion `strata train-toc` asks for.
+    gated = choose_fusion_weight(knowing, dev, max_p=0.05)
+    assert gated.weight == 0.0 and gated.best_weight == choice.weight and gated.p_value > 0.05
 
     wrong = {question: next(t for t in LEAVES if t != gold) for question, gold in DEV}
     misleading = FusedTocRetriever(hybrid, ScriptedAdapter(toc, wrong), candidates=4, weight=0.0)

@@ -140,6 +140,12 @@ class SearchSettings(_Section):
     k: int = Field(default=10, ge=1, description="Papers returned")
     depth: int = Field(default=1000, ge=1, description="Chunks fetched from each of BM25 and dense before fusion")
     rrf_k: int = Field(default=60, ge=1, description="Reciprocal rank fusion constant")
+    fusion_max_p: float = Field(
+        default=0.05, gt=0, le=1,
+        description="A learned stage (reranker, STAIR adapter) is fused with the first stage only when its gain on "
+        "validation has a paired randomization p-value of at most this; else the first-stage order is kept (1: "
+        "fuse at the best validation weight, whatever its evidence)",
+    )
     chunks_per_paper: int = Field(default=3, ge=1, description="Best chunks kept with each paper")
     prf: bool = Field(default=False, description="Expand the BM25 query with RM3-style pseudo-relevance feedback")
     prf_docs: int = Field(default=10, ge=1, description="Feedback chunks for PRF")

@@ -10,12 +10,8 @@ from pathlib import Path
 
 import numpy as np
 from pydantic import BaseModel, Field
-from scipy.stats import permutation_test
-
 from strata.eval.results import load_result
-
-DEFAULT_PERMUTATIONS = 10_000
-DEFAULT_SEED = 20261130
+from strata.stats import DEFAULT_PERMUTATIONS, DEFAULT_SEED, paired_p_value
 
 
 class ComparisonResult(BaseModel):
@@ -33,22 +29,6 @@ class ComparisonResult(BaseModel):
     ties: int
     losses: int
     per_query_delta: dict[str, float]
-
-
-def paired_p_value(
-    baseline: np.ndarray, system: np.ndarray, permutations: int = DEFAULT_PERMUTATIONS, seed: int = DEFAULT_SEED
-) -> float:
-    """Two-sided paired randomization test of the mean per-query difference (sign flips of the deltas)."""
-    test = permutation_test(
-        (system, baseline),
-        lambda x, y, axis: np.mean(x - y, axis=axis),
-        permutation_type="samples",
-        n_resamples=permutations,
-        alternative="two-sided",
-        vectorized=True,
-        random_state=np.random.default_rng(seed),
-    )
-    return float(test.pvalue)
 
 
 def load_per_query(path: Path, metric: str) -> dict[str, float]:

@@ -11,12 +11,14 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+import numpy as np
 from pydantic import BaseModel, Field
 
 from strata.config import Settings
 from strata.documents.model import Ranking
 from strata.rerank.base import Reranker
 from strata.rerank.rerankers import reordered
+from strata.stats import paired_p_value
 
 WEIGHTS: tuple[float, ...] = tuple(step / 10 for step in range(11))  # the grid a validation split chooses from
 
@@ -64,28 +66,56 @@ class FusionChoice(BaseModel):
     metric: str = Field(description="The validation measure maximised")
     queries: int = Field(description="Validation queries")
     curve: dict[str, float] = Field(description="Validation score at each weight tried (keys as '%g')")
+    best_weight: float | None = Field(
+        default=None, description="The weight scoring best on validation, before the evidence its gain needs"
+    )
+    p_value: float | None = Field(
+        default=None, description="Paired randomization p of the best weight's per-query gain over weight 0"
+    )
 
     @property
     def gain(self) -> float:
         """Validation score at the chosen weight minus the first stage's (weight 0)."""
         return self.curve[f"{self.weight:g}"] - self.curve["0"]
 
+    def verdict(self) -> str:
+        """What the validation split decided, in words."""
+        if self.weight:
+            p_value = "" if self.p_value is None else f", p {self.p_value:.3f}"
+            return f"fused at weight {self.weight:g} ({self.metric} {self.gain:+.4f}{p_value})"
+        if self.best_weight and self.p_value is not None:
+            gain = self.curve[f"{self.best_weight:g}"] - self.curve["0"]
+            return (f"its best weight {self.best_weight:g} gained {self.metric} {gain:+.4f} on {self.queries} "
+                    f"validation queries, p {self.p_value:.3f}: too little evidence, the first-stage order is kept")
+        return "it does not beat the first stage on validation: the first-stage order is kept"
+
 
 def choose_weight(
     first: Mapping[str, Order],
     reranked: Mapping[str, Order],
-    score: Callable[[Mapping[str, list[str]]], float],
+    score: Callable[[Mapping[str, list[str]]], Mapping[str, float]],
     metric: str,
     weights: Sequence[float] = WEIGHTS,
     k: int = 60,
+    max_p: float = 1.0,
 ) -> FusionChoice:
-    """The weight whose fused rankings score best on validation; ties go to the smaller weight (closer to the first
-    stage), so a reranker that does not help gets weight 0 and changes nothing."""
-    curve = {
+    """The weight whose fused rankings score best on validation (`score` gives each query's value); ties go to the
+    smaller weight (closer to the first stage), so a reranker that does not help gets weight 0 and changes nothing.
+    The best weight is kept only when its per-query gain over weight 0 has a paired randomization p-value of at most
+    `max_p`: a gain of a few validation queries is noise a small split cannot tell from a loss on new queries."""
+    per_query = {
         f"{weight:g}": score({qid: fuse(first[qid], reranked[qid], weight, k) for qid in first}) for weight in weights
     }
+    curve = {key: float(np.mean(list(values.values()))) if values else 0.0 for key, values in per_query.items()}
     best = max(weights, key=lambda weight: (round(curve[f"{weight:g}"], 12), -weight))
-    return FusionChoice(weight=best, metric=metric, queries=len(first), curve=curve)
+    p_value = None
+    if best and per_query["0"]:
+        ids = sorted(per_query["0"])
+        p_value = paired_p_value(np.array([per_query["0"][q] for q in ids]),
+                                 np.array([per_query[f"{best:g}"][q] for q in ids]))  # fmt: skip
+    chosen = best if p_value is None or p_value <= max_p else 0.0
+    return FusionChoice(weight=chosen, metric=metric, queries=len(first), curve=curve, best_weight=best,
+                        p_value=p_value)  # fmt: skip
 
 
 class TunedFusion(BaseModel):
@@ -102,11 +132,9 @@ class TunedFusion(BaseModel):
 
     def summary(self) -> str:
         fusion = self.fusion
-        verdict = (f"fused at weight {fusion.weight:g} (+{fusion.gain:.4f})" if fusion.weight
-                   else "it does not beat the first stage there: search keeps the first-stage order")  # fmt: skip
         return (f"{self.method} on {self.model}, {fusion.queries} written validation queries: first stage "
                 f"{fusion.metric} {fusion.curve['0']:.4f}, {self.method} alone {self.reranker_validation:.4f}; "
-                f"{verdict}; {self.seconds:.0f} s")  # fmt: skip
+                f"{fusion.verdict()}; {self.seconds:.0f} s")  # fmt: skip
 
 
 def tuned_fusion_file(settings: Settings, method: str) -> Path:

@@ -81,17 +81,19 @@ def fused_ranking(
     )
 
 
-def choose_fusion_weight(retriever: FusedTocRetriever, dev: Sequence[TrainingQuestion]) -> FusionChoice:
+def choose_fusion_weight(
+    retriever: FusedTocRetriever, dev: Sequence[TrainingQuestion], max_p: float = 1.0
+) -> FusionChoice:
     """The adapter's weight in the fusion that maximises dev R@1 (ties to the smaller weight: 0 when it never
-    helps), from the dev questions' hybrid candidates and adapter orders."""
+    helps, and 0 when its gain's paired p-value exceeds `max_p`), from the dev questions' hybrid candidates and
+    adapter orders."""
     first: dict[str, list[str]] = {}
     ordered: dict[str, list[str]] = {}
     for index, item in enumerate(dev):
         ranking, ordered[str(index)] = retriever.orders(item.question)
         first[str(index)] = [leaf.number for leaf in ranking.leaves]
 
-    def r1(fused: Mapping[str, list[str]]) -> float:
-        hits = sum(1 for key, order in fused.items() if order and order[0] == dev[int(key)].leaf)
-        return hits / max(len(fused), 1)
+    def r1(fused: Mapping[str, list[str]]) -> dict[str, float]:
+        return {key: float(bool(order) and order[0] == dev[int(key)].leaf) for key, order in fused.items()}
 
-    return choose_weight(first, ordered, r1, "dev R@1", k=retriever.k)
+    return choose_weight(first, ordered, r1, "dev R@1", k=retriever.k, max_p=max_p)

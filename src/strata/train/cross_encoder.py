@@ -85,8 +85,8 @@ class TrainingReport(BaseModel):
         return (
             f"cross-encoder saved to {self.model_dir}: queries {self.queries}, pairs {sum(self.pairs.values())}, "
             f"{self.steps} steps; validation nDCG@10 ({sum(self.validation_queries.values())} queries): first stage "
-            f"{self.first_stage_validation:.4f}, cross-encoder {best:.4f} (epoch {self.best_epoch}), fused at weight "
-            f"{self.fusion.weight:g} {self.fusion.curve[f'{self.fusion.weight:g}']:.4f}; generation "
+            f"{self.first_stage_validation:.4f}, cross-encoder {best:.4f} (epoch {self.best_epoch}); "
+            f"{self.fusion.verdict()}; generation "
             f"{self.generation_seconds:.0f}s, training {self.training_seconds:.0f}s"
         )
 
@@ -122,8 +122,12 @@ class Validation:
         return cls(texts, qrels, corpus, depth)
 
     def ndcg(self, runs: Mapping[str, Sequence[str]]) -> float:
+        return float(np.mean(list(self.query_ndcg(runs).values())))
+
+    def query_ndcg(self, runs: Mapping[str, Sequence[str]]) -> dict[str, float]:
+        """nDCG@10 of each validation query."""
         scored = {qid: {pid: float(len(ids) - rank) for rank, pid in enumerate(ids)} for qid, ids in runs.items()}
-        return evaluate_run(scored, self.qrels)[0]["nDCG@10"]
+        return {qid: values["nDCG@10"] for qid, values in evaluate_run(scored, self.qrels)[1].items()}
 
     def rerank(self, reranker: Reranker, progress: Progress | None = None) -> dict[str, Ranking]:
         reranked = {}
@@ -328,7 +332,8 @@ def train_cross_encoder(
 
     def complete(staged: Path) -> None:
         _, best = max(scored, key=lambda epoch: epoch[0])  # the first best, the epoch fit_cross_encoder kept
-        chosen.append(choose_weight(validation.first, best, validation.ndcg, "nDCG@10", k=settings.search.rrf_k))
+        chosen.append(choose_weight(validation.first, best, validation.query_ndcg, "nDCG@10", k=settings.search.rrf_k,
+                                    max_p=settings.search.fusion_max_p))
         (staged / FUSION_FILE).write_text(chosen[0].model_dump_json(indent=2), encoding="utf-8")
         (staged / "training_pairs.jsonl").write_text(
             "".join(pair.model_dump_json() + "\n" for pair in pairs), encoding="utf-8"

@@ -44,7 +44,8 @@ def tune_reranker(corpus: Corpus, client: LLMClient, method: str, progress: Prog
     alone = settings.model_copy(update={"rerank": rerank.model_copy(update={"fusion_weight": 1.0})})
     reranker = make_reranker(alone, corpus.store, client, method)
     reranked = validation.rerank(reranker, progress)
-    fusion = choose_weight(validation.first, reranked, validation.ndcg, "nDCG@10", k=settings.search.rrf_k)
+    fusion = choose_weight(validation.first, reranked, validation.query_ndcg, "nDCG@10", k=settings.search.rrf_k,
+                           max_p=settings.search.fusion_max_p)
     tuned = TunedFusion(
         method=method,
         model=settings.llm.model,

@@ -68,8 +68,8 @@ def train_toc_adapter(
     if settings.toc.fusion_candidates > 0:
         dev_questions = [item for item in splits[toc.paper_id] if item.split == "dev"]
         retriever = fused_retriever(settings, toc, tuned, encoder, settings.toc.adapt_toc, 0.0)
-        meta.fusion = choose_fusion_weight(retriever, dev_questions)
-        log(f"fused with hybrid search: adapter weight {meta.fusion.weight:g} (dev R@1 {meta.fusion.gain:+.3f})")
+        meta.fusion = choose_fusion_weight(retriever, dev_questions, settings.search.fusion_max_p)
+        log(f"fusion with hybrid search on dev questions: {meta.fusion.verdict()}")
     folder = adapter_folder(settings, paper.id)
     save_adapter(tuned, folder, meta)
     return report, folder
