@@ -81,7 +81,7 @@ ADAPTERS = RESULTS / "tmp" / "stair-adapters"  # ignored: the fused retriever lo
 # so a rerun trains on the same questions and a later session need not write them again; prepare-gpu ships them.
 QUESTIONS = {"toc.question_cache": str(RESULTS / "toc-questions")}
 CPU_SMALL_TEST_SAMPLE = 60
-CPU_PARTS = ("full", "zero-shot", "zero-shot-small", "small", "overall")
+CPU_PARTS = ("full", "zero-shot", "zero-shot-small", "questions", "small", "overall")
 FUSED = "stair-fused"
 CHECKPOINT_EVERY = 5  # zero-shot LLM questions between partial writes of the results
 # Sized for one device call (at most 600 s): two adapters of --budget-s each plus generation and ranking.
@@ -346,6 +346,12 @@ def run_cpu(args: argparse.Namespace) -> None:
         }
         key = "zero_shot_llm_small_book"
         written = write_results("stair-cpu.json", {key: zero_shot_llm(sets, settings, part, "small-sample", key)})
+    if "questions" in parts:
+        overrides = small_overrides(args)
+        for name in small_names:
+            _, toc, questions, seconds = small_book_questions(books, name, settings, overrides)
+            log(f"{name}: {sum(map(len, questions.values()))} questions for {len(questions)} of {len(toc.leaves())} "
+                f"leaves cached ({seconds:.0f} s this run)")
     if "small" in parts:
         overrides = small_overrides(args)
         for name in small_names:
@@ -471,20 +477,16 @@ def small_test_set(books: dict, name: str):
     return paper, chapter_queries, llm_sample(chapter_queries, CPU_SMALL_TEST_SAMPLE)
 
 
-def small_book(
-    books: dict, name: str, key: str, settings, train_budget_s: float, overrides: dict, modes: tuple
-) -> dict:
+def small_book_questions(books: dict, name: str, settings, overrides: dict):
+    """The small book's (question model, ToC, synthetic questions by leaf, seconds spent writing them): from the
+    cache, the packaged LLM writing those of leaves it lacks (each leaf cached as soon as it is written)."""
     from strata.config import Settings
-    from strata.encoders.embedder import Embedder
     from strata.llm import make_client
-    from strata.toc.baselines import LeafBM25, LeafDense, LeafHybrid
-    from strata.experiments.stair import BookJob, JobQuery, StairJob, run_job
     from strata.llm.packaged import resolve_model
     from strata.toc.synthetic import QuestionCache, cached_questions, generate_questions
     from strata.toc.tree import document_toc
 
-    paper, all_queries, queries = small_test_set(books, name)
-    tag = f"small-{key}"
+    paper, _, _ = small_test_set(books, name)
     toc = document_toc(paper)
     small_settings = Settings.load(overrides=QUESTIONS | overrides)
     started = time.perf_counter()
@@ -494,7 +496,21 @@ def small_book(
     if len(questions) < len(toc.leaves()):  # the LLM is loaded only when some leaf has no cached questions
         with make_client(settings) as client:
             questions = generate_questions(client, toc, toc.leaves(), small_settings.toc, cache)
-    question_seconds = time.perf_counter() - started
+    return question_model, toc, questions, time.perf_counter() - started
+
+
+def small_book(
+    books: dict, name: str, key: str, settings, train_budget_s: float, overrides: dict, modes: tuple
+) -> dict:
+    from strata.config import Settings
+    from strata.encoders.embedder import Embedder
+    from strata.toc.baselines import LeafBM25, LeafDense, LeafHybrid
+    from strata.experiments.stair import BookJob, JobQuery, StairJob, run_job
+
+    _, all_queries, queries = small_test_set(books, name)
+    tag = f"small-{key}"
+    small_settings = Settings.load(overrides=QUESTIONS | overrides)
+    question_model, toc, questions, question_seconds = small_book_questions(books, name, settings, overrides)
     job = StairJob(
         books=[
             BookJob(
@@ -757,7 +773,8 @@ def main() -> None:
         "--parts",
         default="full,zero-shot,zero-shot-small,small",
         help=f"comma-separated, of {', '.join(CPU_PARTS)} (zero-shot-small: the LLM on the small books; overall: "
-        "pool the small books' results again, which 'small' also does)",
+        "pool the small books' results again, which 'small' also does; questions: only write the small books' "
+        "synthetic questions into their cache, for a later 'small' run to train on)",
     )
     cpu.add_argument(
         "--small-books", default=",".join(SMALL_BOOKS), help="books whose small book the small parts run, in order"
