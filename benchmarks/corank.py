@@ -16,6 +16,8 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -83,6 +85,9 @@ def arguments() -> argparse.Namespace:
                         help="SciFact train claims (a labelled dev split) to also choose the cross-encoder's fusion "
                         "weight on: adds '+fusion (dev weight)' rows (0: none)")
     parser.add_argument("--no-train", action="store_true", help="skip the cross-encoder unless already trained")
+    parser.add_argument("--ce-train-store", type=Path, default=None,
+                        help="train the cross-encoder on another corpus's store instead (a transfer test: no SciFact "
+                        "paper seen in training, its fusion weight chosen on that corpus's validation queries)")
     parser.add_argument("--methods", nargs="*", default=METHODS, help="rerankers to run, in order")
     parser.add_argument("--listwise-answer", choices=("first-token", "generate"), default="first-token",
                         help="rerank.listwise_answer: score each candidate as the first number, or write the ranking")
@@ -124,7 +129,8 @@ class Bench:
         self.args = args
         self.settings = bench_settings(args)
         self.dataset = load_beir(SCIFACT)
-        self.caps = {name: value for name, value in vars(args).items() if name not in ("store", "work", "output")}
+        self.caps = {name: str(value) if isinstance(value, Path) else value
+                     for name, value in vars(args).items() if name not in ("store", "work", "output")}
         self.experiments: dict[str, Experiment] = {}  # this run's rows, by name
         self.details: dict = {}  # first-stage time, feature passes, cross-encoder training
         self.ndcg: dict[str, dict[str, float]] = {}  # per-query nDCG@10 of this run's rows, for paired tests
@@ -137,6 +143,11 @@ class Bench:
             return None
         earlier = load_result(self.args.output)
         return earlier if _comparable(earlier.settings.get("caps", {})) == _comparable(self.caps) else None
+
+    def earlier_cost(self, name: str, key: str) -> float | None:
+        """A cost of the earlier result's row `name`, if it has one."""
+        rows = [row for row in self.earlier.experiments if row.name == name] if self.earlier else []
+        return rows[0].cost.get(key) if rows else None
 
     def result(self) -> ResultFile:
         llm = self.settings.llm
@@ -226,9 +237,11 @@ def cross_encoder(bench: Bench, corpus: Corpus, hybrid, bm25, capped) -> None:
         if bench.args.no_train:
             print("no trained cross-encoder under --work and --no-train given: cross-encoder rows skipped")
             return
-        with tracing() as trace:
-            report = train_cross_encoder(corpus, corpus.llm if writes_queries(settings.rerank) else None)
-        report_file.write_text(json.dumps({**report.model_dump(), "llm": trace.summary().model_dump()}, indent=2))
+        with tracing() as trace, training_corpus(bench.args, settings, corpus) as trained_on:
+            report = train_cross_encoder(trained_on, trained_on.llm if writes_queries(settings.rerank) else None)
+        report_file.write_text(json.dumps({**report.model_dump(), "llm": trace.summary().model_dump(),
+                                           "corpus": str(trained_on.settings.store.home),
+                                           "corpus_papers": len(trained_on.store.paper_ids())}, indent=2))
     if report_file.is_file():
         bench.details["cross_encoder_training"] = json.loads(report_file.read_text())
         bench.save()
@@ -252,6 +265,17 @@ def cross_encoder(bench: Bench, corpus: Corpus, hybrid, bm25, capped) -> None:
             fused = {qid: fusion.rank(ranking.query, ranking) for qid, ranking in first.items()}
             bench.row(f"{name} > cross-encoder+fusion{suffix}", fused, len(first), subset, against=baselines[name],
                       tuning=tuning, fusion_weight=weight, seconds_per_query=round(seconds, 2))
+
+
+@contextmanager
+def training_corpus(args: argparse.Namespace, settings: Settings, scifact: Corpus) -> Iterator[Corpus]:
+    """The corpus the cross-encoder learns from: SciFact's own, or --ce-train-store's."""
+    if args.ce_train_store is None:
+        yield scifact
+        return
+    other = settings.model_copy(update={"store": settings.store.model_copy(update={"home": args.ce_train_store})})
+    with Corpus.open(other) as corpus:
+        yield corpus
 
 
 def dev_fusion(bench: Bench, corpus: Corpus, reranker) -> FusionChoice:
@@ -340,6 +364,8 @@ def listwise_method(bench: Bench, store, client, method: str, queries, capped: d
     }
     if computed:  # a row resumed from the cache: its wall clock says little, the calls the model answered do
         cost["llm_seconds_per_query"] = round(total.calls / n * sum(computed) / len(computed), 1)
+    elif (measured := bench.earlier_cost(f"llm: hybrid > {method}", "llm_seconds_per_query")) is not None:
+        cost["llm_seconds_per_query"] = measured  # replayed whole from the cache: what the run that asked measured
     bench.row(f"hybrid > {method}", rankings, len(queries), "llm", against="hybrid (first stage)", **cost,
               parse_errors=errors.model_dump())
     fusion = FusedReranker(Rescored(rankings, method), LLM_FUSION_WEIGHT, bench.settings.search.rrf_k)
@@ -370,8 +396,10 @@ def tuned_for(settings: Settings, method: str) -> TunedFusion | None:
 
 
 def _comparable(caps: dict) -> dict:
-    """The caps that decide what a row means (not which methods ran, nor how many threads they had)."""
-    return {name: value for name, value in caps.items() if name not in ("methods", "no_train", "llm_threads")}
+    """The caps that decide what a row means (not which methods ran, nor how many threads they had; a cap left
+    unset equals one a run made before it existed)."""
+    return {name: value for name, value in caps.items()
+            if name not in ("methods", "no_train", "llm_threads") and value is not None}
 
 
 def _only_ranking(trace: Trace) -> Trace:

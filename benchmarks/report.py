@@ -602,8 +602,9 @@ def _cross_encoder_training(training: dict[str, Any]) -> str:
     epochs = ", ".join(f"epoch {e['epoch']} loss {e['loss']:.3f} nDCG@10 {e['validation']:.4f}" for e in training["epochs"])
     fusion = training["fusion"]
     curve = ", ".join(f"{weight}: {score:.4f}" for weight, score in fusion["curve"].items())
+    corpus = f" on `{training['corpus']}` ({training['corpus_papers']} papers)" if "corpus" in training else ""
     return (
-        f"Cross-encoder training: queries {training['queries']}, pairs {training['pairs']} "
+        f"Cross-encoder training{corpus}: queries {training['queries']}, pairs {training['pairs']} "
         f"({training['dropped_false_negatives']} likely false negatives dropped), validation queries "
         f"{training['validation_queries']} (first stage nDCG@10 {training['first_stage_validation']:.4f}); {epochs}; "
         f"fusion weight {fusion['weight']:g} chosen on validation (weight: nDCG@10 {curve}); generation "
@@ -631,7 +632,9 @@ def corank_section(name: str, result: ResultFile) -> str:
               "p (paired, vs)"]
     caps, llm, dataset = result.settings["caps"], result.settings["llm"], result.datasets[0]
     title = (
-        "trained cross-encoder against the first stage"
+        f"cross-encoder trained on another corpus ({Path(caps['ce_train_store']).name}), against the first stage"
+        if caps.get("ce_train_store")
+        else "trained cross-encoder against the first stage"
         if caps["methods"] == ["cross-encoder"]
         else f"CoRank and baselines, {caps['listwise_answer']} listwise answers"
     )
