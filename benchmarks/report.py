@@ -118,10 +118,14 @@ CLAIMS = (
         "nDCG@10", Measure("corank-ce-written.json", "ce: hybrid > cross-encoder+fusion (dev weight)"),
         (("hybrid first stage", SCIFACT_FIRST_STAGE),),
     ),
-    Claim(
-        "Pointwise P(yes) reranker fused with the first stage (embedded 0.5B, weight 0.5 fixed in advance)",
-        "SciFact test, 100 queries", "nDCG@10", Measure("corank-pointwise.json", "llm: hybrid > pointwise+fusion"),
-        (("hybrid first stage", Measure("corank-pointwise.json", "llm: hybrid (first stage)")),),
+    *(
+        Claim(
+            f"Pointwise P(yes) reranker fused with the first stage (embedded 0.5B, {label})",
+            "SciFact test, 100 queries", "nDCG@10", Measure("corank-pointwise.json", f"llm: hybrid > pointwise{suffix}"),
+            (("hybrid first stage", Measure("corank-pointwise.json", "llm: hybrid (first stage)")),),
+        )
+        for suffix, label in (("+fusion", "weight 0.5 fixed in advance"),
+                              ("+fusion (tuned)", "at the weight `strata tune-reranker` chose on written queries"))
     ),
     *(
         Claim(
@@ -129,7 +133,11 @@ CLAIMS = (
             "nDCG@10", Measure("corank-listwise.json", f"llm: hybrid > listwise{suffix}"),
             (("hybrid first stage", Measure("corank-listwise.json", "llm: hybrid (first stage)")),),
         )
-        for suffix, label in (("", ""), ("+fusion", " fused with the first stage (weight 0.5 fixed in advance)"))
+        for suffix, label in (
+            ("", ""),
+            ("+fusion", " fused with the first stage (weight 0.5 fixed in advance)"),
+            ("+fusion (tuned)", " fused at the weight `strata tune-reranker` chose on written queries"),
+        )
     ),
     Claim(
         "CoRank reranker (embedded LLM, compact features)", "SciFact test", "nDCG@10",
