@@ -79,6 +79,8 @@ def arguments() -> argparse.Namespace:
                         help="LLM-written validation queries of held-out papers (0: their title and sentence queries)")
     parser.add_argument("--train-queries-per-source", type=int, default=3000,
                         help="papers sampled for the LLM-free title and inverse-cloze training queries")
+    parser.add_argument("--train-validation-share", type=float, default=None,
+                        help="rerank.train_validation_share: papers whose queries are held out (default: the setting's)")
     parser.add_argument("--train-epochs", type=int, default=3)
     parser.add_argument("--train-max-length", type=int, default=256, help="word pieces per (query, passage) pair")
     parser.add_argument("--ce-dev-queries", type=int, default=0,
@@ -121,6 +123,7 @@ def bench_settings(args: argparse.Namespace) -> Settings:
             "rerank.features_path": str(args.work / "features.sqlite3"),
             "rerank.cross_encoder_dir": str(args.work / "cross-encoder"),
         }
+        | ({} if args.train_validation_share is None else {"rerank.train_validation_share": args.train_validation_share})
     )
 
 
@@ -239,9 +242,10 @@ def cross_encoder(bench: Bench, corpus: Corpus, hybrid, bm25, capped) -> None:
             return
         with tracing() as trace, training_corpus(bench.args, settings, corpus) as trained_on:
             report = train_cross_encoder(trained_on, trained_on.llm if writes_queries(settings.rerank) else None)
+            learned_from = {"corpus": str(trained_on.settings.store.home),
+                            "corpus_papers": len(trained_on.store.paper_ids())}
         report_file.write_text(json.dumps({**report.model_dump(), "llm": trace.summary().model_dump(),
-                                           "corpus": str(trained_on.settings.store.home),
-                                           "corpus_papers": len(trained_on.store.paper_ids())}, indent=2))
+                                           **learned_from}, indent=2))
     if report_file.is_file():
         bench.details["cross_encoder_training"] = json.loads(report_file.read_text())
         bench.save()

@@ -327,11 +327,17 @@ def run_cpu(args: argparse.Namespace) -> None:
     written = None
     if "full" in parts:
         written = write_results("stair-cpu.json", {"full_books": full_book_baselines(books, settings)})
+    # The zero-shot parts on another LLM (e.g. the 1.5B) are reported beside the default model's, under their own key.
+    zero_settings, zero_suffix = settings, ""
+    if args.zero_shot_model:
+        zero_settings = Settings.load(overrides=QUESTIONS | {"llm.model": args.zero_shot_model})
+        zero_suffix = "-" + Path(args.zero_shot_model.removeprefix("packaged:")).stem
     if "zero-shot" in parts:
         sets = [(document_toc(paper), llm_sample(queries, args.llm_sample)) for paper, queries in books.values()]
         part = {"kind": "zero-shot", "sample": {"questions": args.llm_sample, "seed": SEED}}
-        key = "zero_shot_llm"
-        written = write_results("stair-cpu.json", {key: zero_shot_llm(sets, settings, part, "sample", key)})
+        key = f"zero_shot_llm{zero_suffix}"
+        ranked = zero_shot_llm(sets, zero_settings, part, f"sample{zero_suffix}", key)
+        written = write_results("stair-cpu.json", {key: ranked})
     if "zero-shot-small" in parts:
         sets = []
         for name in small_names:
@@ -344,8 +350,9 @@ def run_cpu(args: argparse.Namespace) -> None:
             },
             "chapters": {name: list(SMALL_BOOKS[name]) for name in small_names},
         }
-        key = "zero_shot_llm_small_book"
-        written = write_results("stair-cpu.json", {key: zero_shot_llm(sets, settings, part, "small-sample", key)})
+        key = f"zero_shot_llm_small_book{zero_suffix}"
+        ranked = zero_shot_llm(sets, zero_settings, part, f"small-sample{zero_suffix}", key)
+        written = write_results("stair-cpu.json", {key: ranked})
     if "questions" in parts:
         overrides = small_overrides(args)
         for name in small_names:
@@ -780,6 +787,8 @@ def main() -> None:
         "--small-books", default=",".join(SMALL_BOOKS), help="books whose small book the small parts run, in order"
     )
     cpu.add_argument("--llm-sample", type=int, default=100, help="questions per book for the zero-shot LLM")
+    cpu.add_argument("--zero-shot-model", help="llm.model of the zero-shot parts (e.g. packaged:qwen2.5-coder-1.5b), "
+                     "reported under its own key; the synthetic questions stay the default model's")
     cpu.add_argument("--train-budget-s", type=float, default=CPU_TRAIN_BUDGET_S, help="wall seconds per adapter")
     cpu.add_argument("--modes", default="stair,dsi", help="adapters the small part trains (stair, dsi)")
     cpu.add_argument("--max-steps", type=int, help="toc.max_steps (default: toc.max_epochs epochs)")
