@@ -118,6 +118,17 @@ CLAIMS = (
         "nDCG@10", Measure("corank-ce-written.json", "ce: hybrid > cross-encoder+fusion (dev weight)"),
         (("hybrid first stage", SCIFACT_FIRST_STAGE),),
     ),
+    Claim(
+        "Cross-encoder trained on another corpus (unarXive sample + LitQA2 PDFs, 88 papers), alone", "SciFact test",
+        "nDCG@10", Measure("corank-ce-transfer.json", "ce: hybrid > cross-encoder"),
+        (("hybrid first stage", SCIFACT_FIRST_STAGE),
+         ("the same recipe trained on SciFact", Measure("corank-ce.json", "ce: hybrid > cross-encoder"))),
+    ),
+    Claim(
+        "Cross-encoder trained on another corpus, fused (weight chosen on that corpus's validation queries)",
+        "SciFact test", "nDCG@10", Measure("corank-ce-transfer.json", "ce: hybrid > cross-encoder+fusion"),
+        (("hybrid first stage", SCIFACT_FIRST_STAGE),),
+    ),
     *(
         Claim(
             f"Pointwise P(yes) reranker fused with the first stage (embedded 0.5B, {label})",
@@ -615,9 +626,18 @@ def _cross_encoder_training(training: dict[str, Any]) -> str:
         f"Cross-encoder training{corpus}: queries {training['queries']}, pairs {training['pairs']} "
         f"({training['dropped_false_negatives']} likely false negatives dropped), validation queries "
         f"{training['validation_queries']} (first stage nDCG@10 {training['first_stage_validation']:.4f}); {epochs}; "
-        f"fusion weight {fusion['weight']:g} chosen on validation (weight: nDCG@10 {curve}); generation "
+        f"fusion weight {fusion['weight']:g} chosen on validation{_gated(fusion)} (weight: nDCG@10 {curve}); "
+        "generation "
         f"{training['generation_seconds']:.0f} s, training {training['training_seconds']:.0f} s."
     )
+
+
+def _gated(fusion: dict[str, Any]) -> str:
+    """Why a better validation weight was not taken (its gain's paired p above search.fusion_max_p), if so."""
+    best = fusion.get("best_weight")
+    if not best or best == fusion["weight"]:
+        return ""
+    return f", its best weight {best:g} not taken (paired p {fusion['p_value']:.3f}: too little evidence)"
 
 
 def corank_section(name: str, result: ResultFile) -> str:
