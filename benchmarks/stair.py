@@ -331,7 +331,7 @@ def run_cpu(args: argparse.Namespace) -> None:
     zero_settings, zero_suffix = settings, ""
     if args.zero_shot_model:
         zero_settings = Settings.load(overrides=QUESTIONS | {"llm.model": args.zero_shot_model})
-        zero_suffix = "-" + Path(args.zero_shot_model.removeprefix("packaged:")).stem
+        zero_suffix = "-" + args.zero_shot_model.removeprefix("packaged:").replace("/", "_")
     if "zero-shot" in parts:
         sets = [(document_toc(paper), llm_sample(queries, args.llm_sample)) for paper, queries in books.values()]
         part = {"kind": "zero-shot", "sample": {"questions": args.llm_sample, "seed": SEED}}
