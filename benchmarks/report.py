@@ -180,6 +180,15 @@ CLAIMS = (
         )
     ),
     Claim(
+        "Zero-shot ToC retrieval, packaged 1.5B (trie-constrained, no training)", "OpenStax ToC-QA, small books",
+        "R@1", Measure("stair-cpu.json", "zero_shot_llm_small_book-qwen2.5-coder-1.5b/zero-shot-llm/all"),
+        (
+            ("the same on the 0.5B", Measure("stair-cpu.json", "zero_shot_llm_small_book/zero-shot-llm/all")),
+            ("STAIR (0.5B, trained)", Measure("stair-cpu.json", "small_books_overall/stair/all")),
+            ("dense leaves", Measure("stair-cpu.json", "small_books_overall/dense/all")),
+        ),
+    ),
+    Claim(
         "STAIR on the SmolLM2-135M base (the test fixture; same questions and settings)",
         "OpenStax ToC-QA, small book psychology-2e", "R@1",
         Measure("stair-cpu.json", "small_psychology-2e-smollm2-135m/stair/all"),
