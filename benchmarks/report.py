@@ -538,14 +538,21 @@ def _toc_title(part: dict[str, Any], result: ResultFile) -> str:
         return f"Zero-shot LLM ({part['model']}, llama.cpp) on the small books: {books} ({device})"
     if kind == "small-book":
         chapters = _chapters({part["book"]: part["chapters"]})
-        recipe = part.get("settings", {})
-        asked = f", {recipe['questions_per_leaf']} questions asked per leaf over {recipe['passages_per_leaf']} " \
-            "passages" if "questions_per_leaf" in recipe else ""
-        return f"Small book: {chapters} ({part['leaves']} leaves), base {part['train_model']}{asked}, {device}"
+        return f"Small book: {chapters} ({part['leaves']} leaves), base {part['train_model']}{_asked(part)}, {device}"
     if kind == "small-books":
-        pooled = ", ".join(p["book"] for p in _pooled_small_books(part, result))
-        return f"Small books together: {pooled} (each trained on its own ToC), {device}"
+        books = _pooled_small_books(part, result)
+        pooled = ", ".join(p["book"] for p in books)
+        recipe = f", base {books[0]['train_model']}{_asked(books[0])}" if part.get("recipe") else ""
+        return f"Small books together: {pooled} (each trained on its own ToC{recipe}), {device}"
     return f"Whole books, all questions, {part['model']} on {part['device']}"  # gpu
+
+
+def _asked(part: dict[str, Any]) -> str:
+    """The synthetic-question recipe a small book was trained on, where the part records it."""
+    recipe = part.get("settings", {})
+    if "questions_per_leaf" not in recipe:
+        return ""
+    return f", {recipe['questions_per_leaf']} questions asked per leaf over {recipe['passages_per_leaf']} passages"
 
 
 def _chapters(chapters: dict[str, list[str]]) -> str:

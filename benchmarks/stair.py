@@ -367,11 +367,11 @@ def run_cpu(args: argparse.Namespace) -> None:
             written = write_results("stair-cpu.json", {f"small_{key}": part})
     if parts & {"small", "overall"}:
         written = compare_recipes() or written
-        overall = small_books_overall()
-        # Pooled again, or dropped: a pooling of earlier runs the books no longer match must not stand.
-        written = write_results("stair-cpu.json", {"small_books_overall": overall}) if overall else drop_part(
-            "stair-cpu.json", "small_books_overall"
-        )
+        for suffix in recipe_suffixes():
+            overall = small_books_overall(suffix)
+            # Pooled again, or dropped: a pooling of earlier runs the books no longer match must not stand.
+            key = f"small_books_overall{suffix}"
+            written = write_results("stair-cpu.json", {key: overall}) if overall else drop_part("stair-cpu.json", key)
     if written:
         print_tables("stair-cpu.json", written)
 
@@ -608,18 +608,32 @@ def fused_tests(methods: dict, metric: str = "R@1") -> list[dict]:
     ]
 
 
-def small_books_overall() -> dict | None:
-    """Every method of the small-book parts over their questions together (from the per-query files those parts
-    wrote, so each book can be trained by a separate run), with the paired tests on the pooled questions."""
+def recipe_suffixes() -> list[str]:
+    """'' (the default recipe) and the suffix of every other one (base model, questions: see small_key) that some
+    small book was trained on, so each recipe is pooled over the books on their own."""
+    from strata.eval.results import load_result
+
+    path = RESULTS / "stair-cpu.json"
+    described = load_result(path).details.get("parts", {}) if path.is_file() else {}
+    found = {key.removeprefix(f"small_{part['book']}") for key, part in described.items()
+             if part.get("kind") == "small-book"}  # fmt: skip
+    return sorted(found | {""})
+
+
+def small_books_overall(suffix: str = "") -> dict | None:
+    """Every method of the small-book parts of one recipe (`suffix`: '' for the default) over their questions
+    together (from the per-query files those parts wrote, so each book can be trained by a separate run), with the
+    paired tests on the pooled questions."""
     from strata.eval.results import load_result
     from strata.eval.toc import method_result, summarise
 
     path = RESULTS / "stair-cpu.json"
     written = load_result(path) if path.is_file() else None
     described = written.details.get("parts", {}) if written else {}
-    parts = {name: described[f"small_{name}"] for name in SMALL_BOOKS if f"small_{name}" in described}
+    parts = {name: described[f"small_{name}{suffix}"] for name in SMALL_BOOKS if f"small_{name}{suffix}" in described}
     if len(parts) < 2:
-        log(f"not pooling the small books: {path.name} holds {len(parts)} of them ({', '.join(parts) or 'none'})")
+        log(f"not pooling the small books{suffix}: {path.name} holds {len(parts)} of them "
+            f"({', '.join(parts) or 'none'})")
         return None
     # Where the synthetic questions were read from is no part of the recipe (the files are named by book and model).
     recipes = {
@@ -629,15 +643,15 @@ def small_books_overall() -> dict | None:
     if len(recipes) > 1:  # e.g. one book measured again with a new recipe, the other not yet
         log("not pooling the small books: they were trained with different settings")
         return None
-    cells = {name: methods_of(written, f"small_{name}") for name in parts}
+    cells = {name: methods_of(written, f"small_{name}{suffix}") for name in parts}
     shared = [m for m in next(iter(cells.values())) if all(m in part for part in cells.values())]
     methods = {}
     for method in shared:
         files = [REPO / part[method]["all"]["per_query_file"] for part in cells.values()]
         per_query = [row for file in files for row in method_result(load_result(file).experiments[0]).per_query]
-        pooled = cell(*record(summarise(method, "all", per_query), "small-books"))
+        pooled = cell(*record(summarise(method, "all", per_query), f"small-books{suffix}"))
         methods[method] = {"all": pooled, **{name: cells[name][method][name] for name in parts}}
-    pooled_from = [f"small_{name}" for name in parts]
+    pooled_from = [f"small_{name}{suffix}" for name in parts]
     zero_shot = methods_of(written, "zero_shot_llm_small_book")
     if zero_shot and all(  # it asked every test question of every small book (--llm-sample >= 60)
         entry.get(name, {}).get("queries") == part["questions_test"]
@@ -649,6 +663,7 @@ def small_books_overall() -> dict | None:
     return {
         "kind": "small-books",
         "device": "cpu",
+        "recipe": suffix,  # '' for the default; else the suffix of the pooled parts' keys (base model, questions)
         "pooled_from": pooled_from,
         "methods": methods,
         "comparisons": paired_tests(methods, "stair") + fused_tests(methods),
