@@ -365,6 +365,22 @@ def test_pointwise_asks_nothing_about_a_paper_without_text_and_ranks_it_below_th
     assert ids(reranker.rank("q", empty_first))[-1] == "p200" and len(backend.prompts) == 4
 
 
+def test_an_llm_reranker_never_tuned_on_the_corpus_says_it_runs_alone(store: CorpusStore, tmp_path, caplog):
+    from strata.rerank.pointwise import PointwiseReranker
+
+    settings = Settings.load(overrides={"rerank.method": "pointwise", "store.home": str(tmp_path / "untuned")})
+    with caplog.at_level("WARNING", logger="strata.rerank.factory"):
+        alone = make_reranker(settings, store, client_with(GradeBackend()))
+        make_reranker(settings, store, client_with(GradeBackend()))  # said once, not on every search
+    assert isinstance(alone, PointwiseReranker)
+    warned = [record.getMessage() for record in caplog.records]
+    assert len(warned) == 1 and "unfused" in warned[0] and "tune-reranker --method pointwise" in warned[0]
+    caplog.clear()
+    chosen = settings.model_copy(update={"rerank": settings.rerank.model_copy(update={"fusion_weight": 0.5})})
+    make_reranker(chosen, store, client_with(GradeBackend()))  # a weight the user set: nothing to say
+    assert not caplog.records
+
+
 def test_pointwise_is_an_llm_method_the_factory_builds_and_fuses(store: CorpusStore):
     from strata.rerank.fusion import FusedReranker
     from strata.rerank.pointwise import PointwiseReranker

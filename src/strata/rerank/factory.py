@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import functools
+import logging
+
 from strata.config import LLM_RERANKERS, Settings
 from strata.encoders.cross_encoder import load_cross_encoder
 from strata.llm import LLMClient
 from strata.rerank.base import FirstStage, Reranker
 from strata.rerank.crossencoder import CrossEncoderReranker, cross_encoder_source, trained_fusion_weight
 from strata.rerank.features import CompactFeatures, ExtractionReport, FeatureCache, features_path
-from strata.rerank.fusion import FusedReranker, tuned_fusion_weight
+from strata.rerank.fusion import FusedReranker, tuned_fusion
 from strata.rerank.listwise import ListwiseLLM
 from strata.rerank.pointwise import PointwiseReranker
 from strata.rerank.rerankers import (
@@ -22,6 +25,8 @@ from strata.rerank.rerankers import (
 from strata.rerank.texts import PaperTexts
 from strata.store.protocol import PaperStore
 from strata.progress import Progress
+
+logger = logging.getLogger(__name__)
 
 
 
@@ -38,7 +43,10 @@ def make_reranker(
     method = method or settings.rerank.method
     weight = settings.rerank.fusion_weight
     if weight is None and method in LLM_RERANKERS:
-        weight = tuned_fusion_weight(settings, method)
+        tuned = tuned_fusion(settings, method)
+        if tuned is None:
+            _warn_untuned(str(settings.store.home), method, settings.llm.model)
+        weight = 1.0 if tuned is None else tuned.fusion.weight
     if weight == 0.0:
         return FirstStage()  # the reranker would not count: neither load it nor spend its LLM calls
     reranker = _reranker(settings, store, client, method)
@@ -47,6 +55,14 @@ def make_reranker(
     if weight is None:
         weight = trained_fusion_weight(settings) if isinstance(reranker, CrossEncoderReranker) else 1.0
     return reranker if weight == 1.0 else FusedReranker(reranker, weight, settings.search.rrf_k)
+
+
+@functools.cache  # once per store, reranker and model: search builds its reranker for every query
+def _warn_untuned(home: str, method: str, model: str) -> None:
+    logger.warning(
+        "%s on %s was never measured on this corpus, so it runs alone, unfused with the first stage (on SciFact the "
+        "embedded 0.5B's listwise and pointwise orders scored below the first stage); `strata tune-reranker --method "
+        "%s` chooses a fusion weight on validation queries, or set --rerank.fusion_weight", method, model, method)
 
 
 def _reranker(settings: Settings, store: PaperStore, client: LLMClient | None, method: str) -> Reranker:

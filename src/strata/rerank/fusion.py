@@ -149,9 +149,3 @@ def tuned_fusion(settings: Settings, method: str) -> TunedFusion | None:
         return None
     tuned = TunedFusion.model_validate_json(path.read_text(encoding="utf-8"))
     return tuned if tuned.model == settings.llm.model else None
-
-
-def tuned_fusion_weight(settings: Settings, method: str) -> float:
-    """The weight `strata tune-reranker` chose; 1 (the reranker alone) when there is none for this model."""
-    tuned = tuned_fusion(settings, method)
-    return 1.0 if tuned is None else tuned.fusion.weight
