@@ -51,8 +51,23 @@ def settings(tmp_path_factory) -> Settings:
     return settings
 
 
-def test_the_answer_is_a_real_leaf_with_its_path_locator_and_exact_text(settings):
+def asked_zero_shot(settings: Settings) -> Settings:
+    return settings.model_copy(update={"toc": settings.toc.model_copy(update={"without_adapter": "zero-shot"})})
+
+
+def test_without_an_adapter_leaf_search_answers_and_the_llm_is_not_loaded(settings, monkeypatch):
+    import strata.toc.query as query
+
+    monkeypatch.setattr(query, "make_client", lambda *a, **k: pytest.fail("no LLM is needed for leaf search"))
     answer = run_toc_query(settings, "Tiny Psychology", "Why do we forget things?", k=2)
+    assert answer.method == "bm25" and answer.hits[0].path[-1] == "Forgetting"  # index.dense is off here
+    dense = settings.model_copy(update={"index": settings.index.model_copy(update={"dense": True})})
+    answer = run_toc_query(dense, "Tiny Psychology", "When does most dreaming happen?", k=2)
+    assert answer.method == "hybrid" and answer.hits[0].path[-1] == "Stages of Sleep"
+
+
+def test_the_answer_is_a_real_leaf_with_its_path_locator_and_exact_text(settings):
+    answer = run_toc_query(asked_zero_shot(settings), "Tiny Psychology", "Why do we forget things?", k=2)
     assert answer.paper_id == "tiny-psychology" and answer.method == "zero-shot" and not answer.induced
     assert len(answer.hits) == 2 and [hit.rank for hit in answer.hits] == [1, 2]
     texts = {text for modules in CHAPTERS.values() for text in modules.values()}
@@ -109,7 +124,8 @@ def test_a_whole_real_book_too_long_for_the_context_still_answers_with_its_real_
     from strata.toc.tree import document_toc
 
     book = shared_data / "openstax-toc-qa" / "psychology-2e" / "derived"
-    settings = Settings.load(overrides={**TINY_MODEL, "store.home": str(tmp_path / "home")})
+    settings = Settings.load(overrides={**TINY_MODEL, "store.home": str(tmp_path / "home"),
+                                        "toc.without_adapter": "zero-shot"})  # fmt: skip
     assert not ingest([book], settings).errors
     query = load_toc_queries(book)[0]
     answer = run_toc_query(settings, "psychology-2e", query.question, k=3)

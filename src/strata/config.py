@@ -306,7 +306,15 @@ class TocSettings(_Section):
     )
     threads: int = Field(default=2, ge=1, description="Torch CPU threads for fine-tuning on the CPU")
     use_adapter: bool = Field(
-        default=True, description="Answer with the document's STAIR adapter when one was trained, else zero-shot"
+        default=True, description="Answer with the document's STAIR adapter when one was trained, else as "
+        "toc.without_adapter says",
+    )
+    without_adapter: Literal["hybrid", "zero-shot"] = Field(
+        default="hybrid",
+        description="How `strata toc` ranks a document's leaves without an adapter: hybrid leaf search (BM25 + dense "
+        "over each leaf's path and text, BM25 alone when index.dense is off; OpenStax small books R@1 0.817), or the "
+        "LLM zero-shot over the whole ToC, trie-constrained (the STAIR paper's baseline: 0.075 on the 0.5B, 0.350 on "
+        "the 1.5B; benchmarks/RESULTS.md)",
     )
     induced_leaves: int = Field(
         default=12, ge=2, description="Leaves made by clustering when a document has neither outline nor headings"

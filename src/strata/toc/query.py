@@ -1,8 +1,9 @@
 """`strata toc DOCUMENT "question"`: the leaves that answer a question, with their path, text and locator.
 
 The document's STAIR adapter answers when one was trained (`{store.home}/toc/adapters/PAPER_ID/stair`), otherwise
-the configured LLM zero-shot; either way the answer is decoded through the trie of leaves, so it is a real leaf.
-Documents without an outline get an induced ToC first. A ToC of one leaf is answered with that leaf, without a model.
+hybrid leaf search (`toc.without_adapter`; the configured LLM zero-shot, decoded through the trie of leaves, scores far
+below it with the packaged models); every answer is a real leaf. Documents without an outline get an induced ToC
+first. A ToC of one leaf is answered with that leaf, without a model.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from strata.config import Settings
 from strata.documents.model import Locator, Paper
 from strata.llm import LLMClient, make_client
 from strata.store.protocol import PaperStore
-from strata.toc.baselines import LeafHybrid
+from strata.toc.baselines import LeafBM25, LeafHybrid
 from strata.toc.encode import PromptEncoder
 from strata.toc.fused import AdapterOrder, FusedTocRetriever
 from strata.toc.induce import induce_toc, needs_induction
@@ -87,6 +88,9 @@ def answer_from_toc(settings: Settings, paper: Paper, question: str, k: int | No
         elif use_adapter:
             ranking = _adapter_ranking(settings, folder, toc, question, k)
             method = ranking.method
+        elif settings.toc.without_adapter == "hybrid":
+            ranking = leaf_search(settings, toc).rank(question, k)
+            method = ranking.method
         else:
             ranking, method = TocRetriever(client or llm(), settings.toc).rank(toc, question, k), "zero-shot"
     hits = [_hit(paper, toc, rank, leaf) for rank, leaf in enumerate(ranking.leaves, start=1)]
@@ -146,6 +150,13 @@ def _adapter_ranking(settings: Settings, folder: Path, toc: DocumentToc, questio
     (ranked,) = rank_prompts(tuned, encoder, [prompt], encoder.trie(toc), k, settings.toc.beam_width, 1, prefix)
     leaves = [toc.entry(number).scored(score) for number, score in ranked]
     return LeafRanking(query=question, method="stair-adapter", leaves=leaves, seconds=time.perf_counter() - started)
+
+
+def leaf_search(settings: Settings, toc: DocumentToc) -> LeafHybrid | LeafBM25:
+    """Leaf search without any model of the document's own: hybrid, or BM25 where the corpus has no dense index."""
+    if not settings.index.dense:
+        return LeafBM25(toc)
+    return LeafHybrid.over(toc, settings.index.embedding, k=settings.search.rrf_k)
 
 
 def fused_retriever(
