@@ -11,7 +11,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "src" / "strata"
 
 # Lowest first. A module may import from its own room and from rooms in lower layers, never sideways or upwards.
 LAYERS: list[set[str]] = [
-    {"config", "progress"},
+    {"config", "progress", "stats"},
     {"documents"},
     {"store", "encoders", "llm"},
     {"index"},
