@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 from pydantic import BaseModel, Field
+
 from strata.eval.results import load_result
 from strata.stats import DEFAULT_PERMUTATIONS, DEFAULT_SEED, paired_p_value
 

@@ -29,7 +29,6 @@ from strata.progress import Progress
 logger = logging.getLogger(__name__)
 
 
-
 def make_reranker(
     settings: Settings, store: PaperStore, client: LLMClient | None = None, method: str | None = None
 ) -> Reranker:
