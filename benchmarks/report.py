@@ -504,7 +504,7 @@ def toc_part(name: str, result: ResultFile, group: str, part: dict[str, Any], ex
         lines.append(
             f"stair-fused: the hybrid top {part['settings']['fusion_candidates']} leaves ordered by the STAIR adapter, "
             f"fused by rank at adapter weight {fusion['weight']:g}, chosen on {fusion['queries']} synthetic dev "
-            f"questions (dev R@1 by weight: {curve})."
+            f"questions{_gated(fusion)} (dev R@1 by weight: {curve})."
         )
     for test in part.get("comparisons", []):
         lines.append(

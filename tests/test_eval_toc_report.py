@@ -37,12 +37,17 @@ def test_every_stair_part_is_rendered_with_training_and_the_randomization_test()
                 "seconds": 600.0, "seconds_per_step": 100.0, "train_seconds": 480.0, "tokens": 12000,
                 "best_dev_r1": 0.0, "best_step": 6, "stopped_early": False}
     fusion = {"weight": 0.3, "metric": "dev R@1", "queries": 24, "curve": {"0": 0.5, "0.3": 0.625, "1": 0.25}}
+    gated = {**fusion, "weight": 0.0, "best_weight": 0.3, "p_value": 0.25}
     parts = {
         "full_books": {"kind": "baselines", "device": "cpu"},
         "small_psych": {"kind": "small-book", "device": "cpu", "book": "psych", "chapters": ["Memory", "Sleep"],
                         "leaves": 42, "sample": {"questions": 60, "of": 120, "seed": 7},
                         "train_budget_s_per_adapter": 600, "training": [training], "comparisons": [comparison],
                         "train_model": "packaged:tiny", "settings": {"fusion_candidates": 10}, "fusion": fusion},
+        "small_psych-q24p8": {"kind": "small-book", "device": "cpu", "book": "psych", "chapters": ["Memory"],
+                              "leaves": 42, "sample": {"questions": 60, "of": 120, "seed": 7}, "training": [],
+                              "train_model": "packaged:tiny", "fusion": gated,
+                              "settings": {"fusion_candidates": 10, "questions_per_leaf": 24, "passages_per_leaf": 8}},
         "zero_shot_llm": {"kind": "zero-shot", "device": "cpu", "model": "tiny", "partial": True,
                           "sample": {"questions": 60, "seed": 7}},
     }  # fmt: skip
@@ -68,6 +73,9 @@ def test_every_stair_part_is_rendered_with_training_and_the_randomization_test()
     assert "at step 6; without dev checks 2000 s/epoch, 25 tokens/s." in text  # 480 s / 0.24 epochs; 12,000 / 480 s
     assert "the hybrid top 10 leaves ordered by the STAIR adapter, fused by rank at adapter weight 0.3, chosen on 24 " \
         "synthetic dev questions (dev R@1 by weight: 0: 0.500, 0.3: 0.625, 1: 0.250)" in text
+    assert "base packaged:tiny, 24 questions asked per leaf over 8 passages, CPU" in text
+    assert "adapter weight 0, chosen on 24 synthetic dev questions, its best weight 0.3 not taken (paired p 0.250: " \
+        "too little evidence)" in text
     assert "small-all-stair 0.200 vs small-all-bm25 0.700 (delta -0.500), p = 0.0001 (10,000 permutations, " \
         "seed 7)" in text
     assert "Questions: 60 of the 120 questions of these chapters, random.Random(7).sample" in text
