@@ -197,12 +197,12 @@ CLAIMS = (
     *(
         Claim(
             f"{method}, trained on 24 questions asked per leaf over 8 passages (the default: 8 over 4)",
-            "OpenStax ToC-QA, small book psychology-2e", "R@1",
-            Measure("stair-cpu.json", f"small_psychology-2e-q24p8/{name}/all"),
+            "OpenStax ToC-QA, small books", "R@1", Measure("stair-cpu.json", f"small_books_overall-q24p8/{name}/all"),
             (
-                ("the same, default recipe", Measure("stair-cpu.json", f"small_psychology-2e/{name}/all")),
-                ("dense leaves", Measure("stair-cpu.json", "small_psychology-2e-q24p8/dense/all")),
-                ("hybrid leaves", Measure("stair-cpu.json", "small_psychology-2e-q24p8/hybrid/all")),
+                ("the same, default recipe", Measure("stair-cpu.json", f"small_books_overall/{name}/all")),
+                ("DSI, default recipe", Measure("stair-cpu.json", "small_books_overall/dsi/all")),
+                ("dense leaves", Measure("stair-cpu.json", "small_books_overall-q24p8/dense/all")),
+                ("hybrid leaves", Measure("stair-cpu.json", "small_books_overall-q24p8/hybrid/all")),
             ),
         )
         for name, method in (("stair", "STAIR"), ("stair-fused", "STAIR fused with hybrid leaf search"))

@@ -635,13 +635,13 @@ def small_books_overall(suffix: str = "") -> dict | None:
         log(f"not pooling the small books{suffix}: {path.name} holds {len(parts)} of them "
             f"({', '.join(parts) or 'none'})")
         return None
-    # Where the synthetic questions were read from is no part of the recipe (the files are named by book and model).
-    recipes = {
-        json.dumps({k: v for k, v in part.get("settings", {}).items() if k != "question_cache"}, sort_keys=True)
-        for part in parts.values()
-    }
+    # Where the synthetic questions were read from is no part of the recipe (the files are named by book and model);
+    # nor is a setting added after one of the runs (that run could not set it: it ran as the default was then).
+    recorded = [part.get("settings", {}) for part in parts.values()]
+    shared_keys = set.intersection(*(set(settings) for settings in recorded)) - {"question_cache"}
+    recipes = {json.dumps({k: settings[k] for k in shared_keys}, sort_keys=True) for settings in recorded}
     if len(recipes) > 1:  # e.g. one book measured again with a new recipe, the other not yet
-        log("not pooling the small books: they were trained with different settings")
+        log(f"not pooling the small books{suffix}: they were trained with different settings")
         return None
     cells = {name: methods_of(written, f"small_{name}{suffix}") for name in parts}
     shared = [m for m in next(iter(cells.values())) if all(m in part for part in cells.values())]
