@@ -354,9 +354,10 @@ def run_cpu(args: argparse.Namespace) -> None:
         ranked = zero_shot_llm(sets, zero_settings, part, f"small-sample{zero_suffix}", key)
         written = write_results("stair-cpu.json", {key: ranked})
     if "questions" in parts:
-        overrides = small_overrides(args)
+        small_settings = Settings.load(overrides=QUESTIONS | small_overrides(args))
         for name in small_names:
-            _, toc, questions, seconds = small_book_questions(books, name, settings, overrides)
+            toc = document_toc(small_test_set(books, name)[0])
+            _, questions, seconds = small_book_questions(toc, settings, small_settings)
             log(f"{name}: {sum(map(len, questions.values()))} questions for {len(questions)} of {len(toc.leaves())} "
                 f"leaves cached ({seconds:.0f} s this run)")
     if "small" in parts:
@@ -484,18 +485,14 @@ def small_test_set(books: dict, name: str):
     return paper, chapter_queries, llm_sample(chapter_queries, CPU_SMALL_TEST_SAMPLE)
 
 
-def small_book_questions(books: dict, name: str, settings, overrides: dict):
-    """The small book's (question model, ToC, synthetic questions by leaf, seconds spent writing them): from the
-    cache, the packaged LLM writing those of leaves it lacks (each leaf cached as soon as it is written)."""
-    from strata.config import Settings
+def small_book_questions(toc, settings, small_settings):
+    """The small book's (question model, synthetic questions by leaf, seconds spent writing them) at the recipe of
+    `small_settings`: from the cache, the packaged LLM writing those of leaves it lacks (each leaf cached as soon as
+    it is written)."""
     from strata.llm import make_client
     from strata.llm.packaged import resolve_model
     from strata.toc.synthetic import QuestionCache, cached_questions, generate_questions
-    from strata.toc.tree import document_toc
 
-    paper, _, _ = small_test_set(books, name)
-    toc = document_toc(paper)
-    small_settings = Settings.load(overrides=QUESTIONS | overrides)
     started = time.perf_counter()
     question_model = resolve_model(settings.llm.model, settings.llm.model_dir).identity
     cache = QuestionCache(small_settings.toc.question_cache, toc.paper_id, question_model)
@@ -503,7 +500,7 @@ def small_book_questions(books: dict, name: str, settings, overrides: dict):
     if len(questions) < len(toc.leaves()):  # the LLM is loaded only when some leaf has no cached questions
         with make_client(settings) as client:
             questions = generate_questions(client, toc, toc.leaves(), small_settings.toc, cache)
-    return question_model, toc, questions, time.perf_counter() - started
+    return question_model, questions, time.perf_counter() - started
 
 
 def small_book(
@@ -513,11 +510,13 @@ def small_book(
     from strata.encoders.embedder import Embedder
     from strata.toc.baselines import LeafBM25, LeafDense, LeafHybrid
     from strata.experiments.stair import BookJob, JobQuery, StairJob, run_job
+    from strata.toc.tree import document_toc
 
-    _, all_queries, queries = small_test_set(books, name)
+    paper, all_queries, queries = small_test_set(books, name)
     tag = f"small-{key}"
+    toc = document_toc(paper)
     small_settings = Settings.load(overrides=QUESTIONS | overrides)
-    question_model, toc, questions, question_seconds = small_book_questions(books, name, settings, overrides)
+    question_model, questions, question_seconds = small_book_questions(toc, settings, small_settings)
     job = StairJob(
         books=[
             BookJob(
