@@ -364,7 +364,7 @@ def run_cpu(args: argparse.Namespace) -> None:
         overrides = small_overrides(args)
         for name in small_names:
             key = small_key(name, overrides)
-            part = small_book(books, name, key, settings, args.train_budget_s, overrides, modes)
+            part = small_book(books, name, key, settings, args.train_budget_s, overrides, modes, args.reuse_adapters)
             written = write_results("stair-cpu.json", {f"small_{key}": part})
     if parts & {"small", "overall"}:
         written = compare_recipes() or written
@@ -504,7 +504,7 @@ def small_book_questions(toc, settings, small_settings):
 
 
 def small_book(
-    books: dict, name: str, key: str, settings, train_budget_s: float, overrides: dict, modes: tuple
+    books: dict, name: str, key: str, settings, train_budget_s: float, overrides: dict, modes: tuple, reuse: bool
 ) -> dict:
     from strata.config import Settings
     from strata.encoders.embedder import Embedder
@@ -533,7 +533,9 @@ def small_book(
         zero_shot=False,  # the zero-shot baseline is the packaged LLM on the ToC (zero_shot_llm); CPU time is scarce
     )
     adapters = ADAPTERS / key
-    runs = run_job(job, small_settings.toc.train_model, settings.llm.model_dir, "cpu", adapters, log, train_budget_s)
+    runs = run_job(
+        job, small_settings.toc.train_model, settings.llm.model_dir, "cpu", adapters, log, train_budget_s, reuse=reuse
+    )
     embedder = Embedder(settings.index.embedding)
     methods = {
         "bm25": by_scope("bm25", queries, [LeafBM25(toc).rank(q.question, K) for q in queries], tag),
@@ -567,6 +569,7 @@ def small_book(
         "train_budget_s_per_adapter": train_budget_s,
         "model_load_seconds": runs.model_load_seconds,
         "training": [report.model_dump() for report in runs.train],
+        "reused_adapters": runs.reused,  # trained by an earlier run of this part (`training` is that run's report)
         "fusion": fusion.model_dump() if fusion else None,
         "methods": methods,
         "comparisons": paired_tests(methods, "stair") + fused_tests(methods),
@@ -779,6 +782,7 @@ def collect(args: argparse.Namespace) -> None:
             paper: sum(len(q) for q in leaves.values()) for paper, leaves in runs.generated_questions.items()
         },
         "training": [report.model_dump() for report in runs.train],
+        "reused_adapters": runs.reused,  # trained by an earlier run of this part (`training` is that run's report)
         "methods": methods,
         "comparisons": paired_tests(methods, "stair"),
         "errors": runs.errors,
@@ -805,6 +809,8 @@ def main() -> None:
                      "reported under its own key; the synthetic questions stay the default model's")
     cpu.add_argument("--train-budget-s", type=float, default=CPU_TRAIN_BUDGET_S, help="wall seconds per adapter")
     cpu.add_argument("--modes", default="stair,dsi", help="adapters the small part trains (stair, dsi)")
+    cpu.add_argument("--reuse-adapters", action="store_true", help="rank with an adapter an earlier run of the same "
+                     "part trained on the same settings, seed and questions, instead of training it again")
     cpu.add_argument("--max-steps", type=int, help="toc.max_steps (default: toc.max_epochs epochs)")
     cpu.add_argument("--threads", type=int, help="toc.threads: torch threads (2 on a quiet machine)")
     cpu.add_argument("--eval-every", type=int, help="toc.eval_every_steps: steps between dev R@1 checks")

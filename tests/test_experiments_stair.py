@@ -86,6 +86,33 @@ def test_a_failing_stage_is_recorded_and_the_next_stages_still_run(tiny, tmp_pat
     assert not any("lora" in name for name, _ in model.named_modules())  # the failed adapter was removed
 
 
+def test_a_rerun_of_the_same_job_ranks_with_the_saved_adapter_and_another_seed_trains_again(tiny, tmp_path, monkeypatch):
+    toc, _ = tiny
+    answered = job(toc)
+    answered.books[0].questions = {leaf.number: [f"What is {leaf.title} ?", f"why {leaf.title} ?"]
+                                   for leaf in toc.leaves()}  # fmt: skip
+    only_stair = answered.model_copy(update={"modes": ["stair"], "zero_shot": False})
+    adapters = tmp_path / "adapters"
+    first = run_job(only_stair, "tiny", tmp_path, "cpu", adapters, lambda _: None, reuse=True)
+    assert first.reused == [] and first.train[0].steps == 4  # nothing saved yet: trained
+
+    def untrainable(*args, **kwargs):
+        raise AssertionError("trained again")
+
+    monkeypatch.setattr("strata.train.toc_lora._train", untrainable)
+    again = run_job(only_stair, "tiny", tmp_path, "cpu", adapters, lambda _: None, reuse=True)
+    assert again.errors == [] and again.reused == ["stair"]
+    assert again.train == first.train  # the report of the run that trained it
+    def orders(runs):
+        return {q: [leaf.number for leaf in r.leaves] for q, r in runs.runs[0].rankings.items()}
+
+    assert orders(again) == orders(first)  # the saved adapter, not the bare model
+
+    reseeded = run_job(only_stair.model_copy(update={"seed": 4}), "tiny", tmp_path, "cpu", adapters, lambda _: None,
+                       reuse=True)  # fmt: skip
+    assert reseeded.reused == [] and reseeded.errors == ["stair: AssertionError: trained again"]
+
+
 def test_strata_eval_toc_ranks_with_a_saved_adapter_of_the_right_mode(tiny, tmp_path, monkeypatch, capsys):
     toc, _ = tiny
     only_stair = job(toc).model_copy(update={"modes": ["stair"], "zero_shot": False})

@@ -8,9 +8,11 @@ zero-shot model (constrained and free), STAIR and DSI. Scoring against gold happ
 
 from __future__ import annotations
 
+import hashlib
+import json
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any, get_args
@@ -18,9 +20,9 @@ from typing import Any, get_args
 from pydantic import BaseModel, Field
 
 from strata.config import TocSettings
-from strata.toc.adapter import load_base_model, save_adapter
+from strata.toc.adapter import AdapterMeta, load_adapter, load_base_model, read_adapter_meta, save_adapter
 from strata.toc.decode import CausalLM, generate_texts, rank_questions
-from strata.toc.encode import Mode, PromptEncoder
+from strata.toc.encode import Example, Mode, PromptEncoder
 from strata.toc.model import DocumentToc, LeafRanking, TrainingQuestion
 from strata.toc.synthetic import clean_questions, parse_questions, question_prompts, split_questions
 from strata.toc.trie import LabelTrie
@@ -31,6 +33,7 @@ QUESTION_TOKENS_EACH = 40
 QUESTIONS_ANSWER_START = '{"questions": ["'
 ZERO_SHOT = "zero-shot"
 ZERO_SHOT_FREE = "zero-shot-unconstrained"
+TRAINING_RECORD = "strata_toc_training.json"  # beside a saved adapter: what it was trained on, and how it went
 
 
 class JobQuery(BaseModel):
@@ -56,6 +59,15 @@ class StairJob(BaseModel):
     inference_batch: int = Field(default=1, description="Questions per forward pass when ranking test questions")
 
 
+class TrainingRecord(BaseModel):
+    """Saved beside an adapter, so a later run of the same job can rank with it instead of training it again."""
+
+    settings: TocSettings
+    seed: int
+    examples: str = Field(description="SHA-256 of the (train, dev) questions the adapter was trained and checked on")
+    report: TrainReport
+
+
 class MethodRun(BaseModel):
     method: str
     rankings: dict[str, LeafRanking] = Field(description="By query id")
@@ -73,6 +85,10 @@ class StairRuns(BaseModel):
     splits: dict[str, list[TrainingQuestion]] = Field(default_factory=dict, description="Train/dev split per paper")
     train: list[TrainReport] = Field(default_factory=list)
     runs: list[MethodRun] = Field(default_factory=list)
+    reused: list[str] = Field(
+        default_factory=list, description="Modes whose adapter an earlier run trained on the same job (`train` holds "
+        "that run's report)"
+    )
     errors: list[str] = Field(default_factory=list, description="Stages that failed; the others still ran")
 
 
@@ -85,10 +101,13 @@ def run_job(
     log: Log,
     train_budget_s: float | None = None,
     checkpoint: Callable[[StairRuns], None] | None = None,
+    reuse: bool = False,
 ) -> StairRuns:
     """Generate missing questions, rank with the zero-shot model, then train each mode's adapter (at most
     `train_budget_s` seconds each) and rank with it. `checkpoint` gets the runs after every stage, and a stage that
-    fails is recorded in `errors` while the next ones run (a remote run is not lost to one failure)."""
+    fails is recorded in `errors` while the next ones run (a remote run is not lost to one failure). With `reuse`, an
+    adapter in `adapter_dir` trained on the same settings, seed, base weights and questions is ranked with, not
+    trained again (a run cut short after one mode's training resumes at the next)."""
     started = time.perf_counter()
     model, tokenizer, identity = load_base_model(model_spec, model_dir, device, job.settings.threads)
     runs = StairRuns(device=device, model=identity, model_load_seconds=time.perf_counter() - started)
@@ -110,7 +129,10 @@ def run_job(
         stage(ZERO_SHOT_FREE, partial(_zero_shot_stage, runs, model, encoder, job, free=True))
     tries = {book.toc.paper_id: encoder.trie(book.toc) for book in job.books}
     for mode in job.modes:
-        stage(mode, partial(_mode_stage, runs, model, encoder, job, mode, tries, adapter_dir, log, train_budget_s))
+        stage(
+            mode,
+            partial(_mode_stage, runs, model, encoder, job, mode, tries, adapter_dir, log, train_budget_s, reuse),
+        )
     return runs
 
 
@@ -144,21 +166,50 @@ def _mode_stage(
     adapter_dir: Path | None,
     log: Log,
     budget_s: float | None,
+    reuse: bool,
 ) -> None:
-    """Train the mode's adapter, save it and rank every test question with it; the base model is left bare."""
+    """Train the mode's adapter (or load the one an earlier run trained on the same job), save it and rank every
+    test question with it; the base model is left bare."""
     tocs = [book.toc for book in job.books]
     train, dev = training_examples(encoder, mode, tocs, runs.splits, job.dev_limit)
-    log(f"{mode}: {len(train)} train and {len(dev)} dev questions")
-    peft_model, report = train_adapter(
-        model, encoder, mode, train, dev, tries, job.settings, job.seed, log, budget_s, job.inference_batch
-    )
+    meta = adapter_meta(mode, runs.model, tocs, job.settings)
+    examples = examples_digest(train, dev)
+    folder = adapter_dir / mode if adapter_dir is not None else None
+    record = reusable_record(folder, meta, job, examples) if reuse and folder is not None else None
+    if record is not None and folder is not None:
+        log(f"{mode}: reusing the adapter in {folder} (trained on the same {len(train)} train and {len(dev)} dev)")
+        peft_model, report = load_adapter(model, folder, runs.model, mode), record.report
+        runs.reused.append(mode)
+    else:
+        log(f"{mode}: {len(train)} train and {len(dev)} dev questions")
+        peft_model, report = train_adapter(
+            model, encoder, mode, train, dev, tries, job.settings, job.seed, log, budget_s, job.inference_batch
+        )
     try:
         runs.train.append(report)
-        if adapter_dir is not None:
-            save_adapter(peft_model, adapter_dir / mode, adapter_meta(mode, runs.model, tocs, job.settings))
+        if folder is not None and record is None:
+            save_adapter(peft_model, folder, meta)
+            trained = TrainingRecord(settings=job.settings, seed=job.seed, examples=examples, report=report)
+            (folder / TRAINING_RECORD).write_text(trained.model_dump_json(indent=2))
         runs.runs.append(_run(mode, peft_model, encoder, job, mode, free=True, base_prefix=not job.settings.adapt_toc))
     finally:
         peft_model.unload()  # removes the LoRA layers from `model` in place
+
+
+def examples_digest(train: Sequence[Example], dev: Sequence[Example]) -> str:
+    """One hash of the examples, in order, with the split each is in."""
+    rows = [[split, e.prompt_ids, e.answer_ids] for split, part in (("train", train), ("dev", dev)) for e in part]
+    return hashlib.sha256(json.dumps(rows).encode()).hexdigest()
+
+
+def reusable_record(folder: Path, meta: AdapterMeta, job: StairJob, examples: str) -> TrainingRecord | None:
+    """The training record of the adapter in `folder` when it was trained as `job` would train it, else None."""
+    path = folder / TRAINING_RECORD
+    if not path.is_file() or read_adapter_meta(folder) != meta:
+        return None
+    record = TrainingRecord.model_validate_json(path.read_text())
+    same = record.settings == job.settings and record.seed == job.seed and record.examples == examples
+    return record if same else None
 
 
 def _missing_questions(model: CausalLM, encoder: PromptEncoder, book: BookJob, job: StairJob) -> dict[str, list[str]]:
