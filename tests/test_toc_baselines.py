@@ -1,4 +1,5 @@
-"""Leaf-level baselines: BM25 on a real OpenStax book beats chance by far; dense scores a leaf by its best chunk."""
+"""Leaf-level baselines: BM25 on a real OpenStax book beats chance by far; dense scores a leaf by its best chunk and
+keeps its vectors in a cache folder only for the texts and encoder that made them."""
 
 from __future__ import annotations
 
@@ -29,15 +30,41 @@ def test_bm25_over_leaves_of_a_real_book_beats_random_leaves(shared_data: Path):
     assert chance < 0.02 and r1 > 0.25 and r1 > 10 * chance
 
 
-def test_dense_scores_a_leaf_by_its_best_chunk():
+def earth(extra: str = ""):
     builder = PaperBuilder("doc", "test")
     builder.open_section("Oceans", 1)
     builder.add_block("Tides rise and fall twice a day because of the moon's gravity.")
     builder.open_section("Volcanoes", 1)
     builder.add_block("Magma rises through the crust and erupts as lava.")
-    builder.add_block("Ash clouds from eruptions can disrupt air travel.")
-    toc = document_toc(builder.build(title="Earth"))
+    builder.add_block("Ash clouds from eruptions can disrupt air travel." + extra)
+    return document_toc(builder.build(title="Earth"))
+
+
+def test_dense_scores_a_leaf_by_its_best_chunk():
+    toc = earth()
     dense = LeafDense(toc, EmbeddingSettings(threads=1))
     ranking = dense.rank("Why do volcanic ash clouds stop flights?", 2)
     assert [leaf.title for leaf in (toc.entry(hit.number) for hit in ranking.leaves)] == ["Volcanoes", "Oceans"]
     assert dense.rank("What causes ocean tides?", 1).leaves[0].number == "1"
+
+
+def test_leaf_vectors_are_reused_from_the_cache_until_the_text_changes(tmp_path: Path, monkeypatch):
+    settings, cache = EmbeddingSettings(threads=1), tmp_path / "vectors"
+    first = LeafDense(earth(), settings, cache=cache)
+    [saved] = list(cache.iterdir())
+
+    def no_embedding(texts):
+        raise AssertionError("embedded again")
+
+    monkeypatch.setattr(first.embedder, "embed", no_embedding)
+    again = LeafDense(earth(), settings, first.embedder, cache)  # would raise if it embedded
+    assert (again.vectors == first.vectors).all()
+
+    monkeypatch.undo()
+    changed = LeafDense(earth(" Pilots reroute."), settings, first.embedder, cache)
+    [replaced] = list(cache.iterdir())
+    assert replaced != saved and not (changed.vectors == first.vectors).all()  # the stale file is gone
+
+    replaced.write_bytes(b"not an array")  # damaged: embedded again, never a crash
+    assert (LeafDense(earth(" Pilots reroute."), settings, first.embedder, cache).vectors == changed.vectors).all()
+    assert [path.name for path in cache.iterdir()] == [replaced.name]

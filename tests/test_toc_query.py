@@ -10,7 +10,7 @@ import pytest
 from strata.config import Settings
 from strata.pipeline.ingest import ingest
 from strata.store import open_store
-from strata.toc.query import format_toc_answer, resolve_document, run_toc_query
+from strata.toc.query import format_toc_answer, leaf_vectors, resolve_document, run_toc_query
 
 CHAPTERS = {
     "Sleep": {"Stages of Sleep": "REM sleep is when most dreaming happens.", "Insomnia": "Insomnia is poor sleep."},
@@ -64,6 +64,7 @@ def test_without_an_adapter_leaf_search_answers_and_the_llm_is_not_loaded(settin
     dense = settings.model_copy(update={"index": settings.index.model_copy(update={"dense": True})})
     answer = run_toc_query(dense, "Tiny Psychology", "When does most dreaming happen?", k=2)
     assert answer.method == "hybrid" and answer.hits[0].path[-1] == "Stages of Sleep"
+    assert len(list(leaf_vectors(dense).glob("*.npy"))) == 1  # the next question on it does not embed the book again
 
 
 def test_the_answer_is_a_real_leaf_with_its_path_locator_and_exact_text(settings):

@@ -3,13 +3,18 @@
 BM25 uses the corpus index's analyser and field combination (Strata's English chain; leaf text and leaf path
 scored like BEIR's multi-field baseline) on an in-memory tantivy index. Dense scores a leaf by its best chunk
 (MaxP), each chunk embedded after its leaf's path, as the corpus index prefixes chunks with their paper's title.
-Hybrid fuses the two by reciprocal rank fusion, as the corpus search does.
+Hybrid fuses the two by reciprocal rank fusion, as the corpus search does. Dense leaf vectors can be kept in a folder
+(`strata toc` keeps them under the store home): a whole book takes minutes to embed on a CPU, and a document's
+second question should not wait for that again.
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
 import time
 from collections import Counter
+from pathlib import Path
 from typing import cast
 
 import numpy as np
@@ -78,7 +83,13 @@ class LeafBM25:
 
 
 class LeafDense:
-    def __init__(self, toc: DocumentToc, settings: EmbeddingSettings, embedder: Embedder | None = None) -> None:
+    def __init__(
+        self,
+        toc: DocumentToc,
+        settings: EmbeddingSettings,
+        embedder: Embedder | None = None,
+        cache: Path | None = None,
+    ) -> None:
         self.leaves = toc.leaves()
         self.embedder = embedder or Embedder(settings)
         texts: list[str] = []
@@ -87,8 +98,35 @@ class LeafDense:
             for text in [chunk.text for chunk in toc.leaf_chunks.get(leaf.number, [])] or [""]:
                 texts.append(f"{PATH_SEPARATOR.join(leaf.path)}\n{text}")
                 owners.append(position)
-        self.vectors = self.embedder.embed(texts)
+        self.vectors = self._vectors(texts, cache, toc.paper_id)
         self.owners = np.array(owners)
+
+    def _vectors(self, texts: list[str], cache: Path | None, paper_id: str) -> np.ndarray:
+        """The texts' vectors: from `cache` when the same encoder embedded the same texts, else embedded and saved
+        there whole by an atomic rename (an interrupted save leaves no file that loads), replacing the document's
+        vectors of an earlier text."""
+        if cache is None:
+            return self.embedder.embed(texts)
+        digest = hashlib.sha256("\x00".join([self.embedder.identity, *texts]).encode()).hexdigest()[:16]
+        document = hashlib.sha256(paper_id.encode()).hexdigest()[:12]  # any id is a safe file name
+        path = cache / f"{document}-{digest}.npy"
+        if path.is_file():
+            try:
+                vectors = np.load(path, allow_pickle=False)
+                if vectors.shape[0] == len(texts):
+                    return vectors
+            except (OSError, ValueError):  # a damaged file is embedded again and replaced
+                pass
+        vectors = self.embedder.embed(texts)
+        cache.mkdir(parents=True, exist_ok=True)
+        partial = path.with_suffix(f".{os.getpid()}.partial")
+        with partial.open("wb") as handle:
+            np.save(handle, vectors, allow_pickle=False)
+        os.replace(partial, path)
+        for stale in cache.glob(f"{document}-*.npy"):
+            if stale != path:
+                stale.unlink(missing_ok=True)
+        return vectors
 
     def rank(self, query: str, k: int) -> LeafRanking:
         started = time.perf_counter()
@@ -108,9 +146,14 @@ class LeafHybrid:
 
     @classmethod
     def over(
-        cls, toc: DocumentToc, settings: EmbeddingSettings, embedder: Embedder | None = None, k: int = 60
+        cls,
+        toc: DocumentToc,
+        settings: EmbeddingSettings,
+        embedder: Embedder | None = None,
+        k: int = 60,
+        cache: Path | None = None,
     ) -> LeafHybrid:
-        return cls(LeafBM25(toc), LeafDense(toc, settings, embedder), k)
+        return cls(LeafBM25(toc), LeafDense(toc, settings, embedder, cache), k)
 
     def rank(self, query: str, k: int) -> LeafRanking:
         started = time.perf_counter()
