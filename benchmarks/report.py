@@ -224,6 +224,15 @@ CLAIMS = (
         ),
     ),
     Claim(
+        "Hybrid leaf search fused with the zero-shot 0.5B (weight chosen on synthetic dev questions)",
+        "OpenStax ToC-QA, whole books", "R@1", Measure("stair-cpu.json", "full_books_fused/stair-fused/all"),
+        (
+            ("hybrid leaves", Measure("stair-cpu.json", "full_books_fused/hybrid/all")),
+            ("dense leaves", Measure("stair-cpu.json", "full_books_fused/dense/all")),
+            ("BM25 leaves", Measure("stair-cpu.json", "full_books_fused/bm25/all")),
+        ),
+    ),
+    Claim(
         "Hybrid with the static encoder (distilled from MiniLM)", "SciFact test", "nDCG@10",
         Measure("embed.json", "static-hybrid"),
         (("hybrid, MiniLM", Measure("scifact-test-hybrid.json")), ("BM25", Measure("scifact-test-bm25.json"))),
@@ -498,14 +507,13 @@ def toc_part(name: str, result: ResultFile, group: str, part: dict[str, Any], ex
             f"({report['seconds_per_step']:.1f} s/step), best dev R@1 {report['best_dev_r1']:.3f} at step "
             f"{report['best_step']}{', stopped early' if report['stopped_early'] else ''}{_training_speed(report)}."
         )
-    fusion = part.get("fusion")
-    if fusion:
-        curve = ", ".join(f"{weight}: {score:.3f}" for weight, score in fusion["curve"].items())
-        lines.append(
-            f"stair-fused: the hybrid top {part['settings']['fusion_candidates']} leaves ordered by the STAIR adapter, "
-            f"fused by rank at adapter weight {fusion['weight']:g}, chosen on {fusion['queries']} synthetic dev "
-            f"questions{_gated(fusion)} (dev R@1 by weight: {curve})."
-        )
+    if part.get("fusion"):
+        lines.append(_fusion_line(part["fusion"], part["settings"]["fusion_candidates"], "the STAIR adapter", ""))
+    for book, measured in part.get("books", {}).items():  # a whole-books fused part: a weight per book
+        orderer = f"the bare {part['model']} (no adapter)"
+        lines.append(_fusion_line(measured["fusion"], part["fusion_candidates"], orderer, f" ({book})"))
+    if part.get("dev_questions"):
+        lines.append(f"Dev questions: {part['dev_questions']}.")
     for test in part.get("comparisons", []):
         lines.append(
             f"Paired randomization test, {test['metric']} over {test['queries']} questions: "
@@ -544,6 +552,8 @@ def _toc_title(part: dict[str, Any], result: ResultFile) -> str:
         pooled = ", ".join(p["book"] for p in books)
         recipe = f", base {books[0]['train_model']}{_asked(books[0])}" if part.get("recipe") else ""
         return f"Small books together: {pooled} (each trained on its own ToC{recipe}), {device}"
+    if kind == "full-books-fused":
+        return f"Whole books, all questions: hybrid leaf search fused with the zero-shot {part['model']} ({device})"
     return f"Whole books, all questions, {part['model']} on {part['device']}"  # gpu
 
 
@@ -645,6 +655,15 @@ def _cross_encoder_training(training: dict[str, Any]) -> str:
         f"fusion weight {fusion['weight']:g} chosen on validation{_gated(fusion)} (weight: nDCG@10 {curve}); "
         "generation "
         f"{training['generation_seconds']:.0f} s, training {training['training_seconds']:.0f} s."
+    )
+
+
+def _fusion_line(fusion: dict[str, Any], candidates: int, orderer: str, where: str) -> str:
+    curve = ", ".join(f"{weight}: {score:.3f}" for weight, score in fusion["curve"].items())
+    return (
+        f"stair-fused{where}: the hybrid top {candidates} leaves ordered by {orderer}, fused by rank at weight "
+        f"{fusion['weight']:g}, chosen on {fusion['queries']} synthetic dev questions{_gated(fusion)} (dev R@1 by "
+        f"weight: {curve})."
     )
 
 

@@ -81,7 +81,7 @@ ADAPTERS = RESULTS / "tmp" / "stair-adapters"  # ignored: the fused retriever lo
 # so a rerun trains on the same questions and a later session need not write them again; prepare-gpu ships them.
 QUESTIONS = {"toc.question_cache": str(RESULTS / "toc-questions")}
 CPU_SMALL_TEST_SAMPLE = 60
-CPU_PARTS = ("full", "zero-shot", "zero-shot-small", "questions", "small", "overall")
+CPU_PARTS = ("full", "full-fused", "zero-shot", "zero-shot-small", "questions", "small", "overall")
 FUSED = "stair-fused"
 CHECKPOINT_EVERY = 5  # zero-shot LLM questions between partial writes of the results
 # Sized for one device call (at most 600 s): two adapters of --budget-s each plus generation and ranking.
@@ -332,6 +332,12 @@ def run_cpu(args: argparse.Namespace) -> None:
     if args.zero_shot_model:
         zero_settings = Settings.load(overrides=QUESTIONS | {"llm.model": args.zero_shot_model})
         zero_suffix = "-" + args.zero_shot_model.removeprefix("packaged:").replace("/", "_")
+    if "full-fused" in parts:
+        key = f"full_books_fused{zero_suffix}"
+        small_settings = Settings.load(overrides=QUESTIONS | small_overrides(args))
+        tag = f"full-fused{zero_suffix}"
+        fused = full_books_fused(books, settings, zero_settings, small_settings, args.llm_sample, tag)
+        written = write_results("stair-cpu.json", {key: fused})
     if "zero-shot" in parts:
         sets = [(document_toc(paper), llm_sample(queries, args.llm_sample)) for paper, queries in books.values()]
         part = {"kind": "zero-shot", "sample": {"questions": args.llm_sample, "seed": SEED}}
@@ -406,6 +412,68 @@ def full_book_baselines(books: dict, settings) -> dict:
         "device": "cpu",
         "build": build,
         "methods": {method: by_scope(method, queries, ranked, "full") for method, ranked in rankings.items()},
+    }
+
+
+def full_books_fused(books: dict, settings, zero_settings, small_settings, sample: int, tag: str) -> dict:
+    """The fused retriever on each whole book without an adapter: the zero-shot LLM (zero_settings.llm.model, in
+    transformers) orders the hybrid candidates, at the weight chosen on synthetic dev questions (the book's
+    small-book questions of the `small_settings` recipe, mapped to the whole book's leaves by path: the only
+    synthetic questions there are; no test question is used), with the evidence rule. At weight 0 the order is the
+    hybrid one and every test question is ranked; else the LLM runs on `sample` questions per book (~10 s each).
+    BM25, dense and hybrid are ranked on the same questions."""
+    from strata.toc.adapter import load_base_model
+    from strata.toc.encode import PromptEncoder
+    from strata.toc.fused import choose_fusion_weight
+    from strata.toc.query import fused_retriever
+    from strata.toc.synthetic import split_questions
+    from strata.toc.tree import document_toc
+
+    started = time.perf_counter()
+    model, tokenizer, identity = load_base_model(zero_settings.llm.model, settings.llm.model_dir, "cpu",
+                                                 small_settings.toc.threads)  # fmt: skip
+    encoder = PromptEncoder(tokenizer, small_settings.toc)
+    load_s = time.perf_counter() - started
+    queries, rankings, per_book = [], {}, {}
+    for name, (paper, book_queries) in books.items():
+        toc = document_toc(paper)
+        small_toc = document_toc(small_test_set(books, name)[0])
+        _, questions, _ = small_book_questions(small_toc, settings, small_settings)
+        by_path = {tuple(leaf.path): leaf.number for leaf in toc.leaves()}
+        split = split_questions(questions, small_settings.toc.dev_fraction, SEED)
+        dev = [item.model_copy(update={"leaf": by_path[tuple(small_toc.entry(item.leaf).path)]})
+               for item in split if item.split == "dev"]  # fmt: skip
+        dev = dev[:: -(-len(dev) // CPU_DEV_LIMIT)]
+        begun = time.perf_counter()
+        retriever = fused_retriever(small_settings, toc, model, encoder, True, 0.0)  # the bare model reads the ToC
+        choice = choose_fusion_weight(retriever, dev, small_settings.search.fusion_max_p)
+        dev_s = time.perf_counter() - begun
+        log(f"{name}: {choice.verdict()} ({dev_s:.0f}s): {choice.curve}")
+        retriever.weight = choice.weight
+        asked = book_queries if choice.weight == 0 else llm_sample(book_queries, sample)
+        begun = time.perf_counter()
+        rankings.setdefault(FUSED, []).extend(retriever.rank(q.question, K) for q in asked)
+        test_s = time.perf_counter() - begun
+        hybrid = retriever.hybrid
+        for method, ranker in (("bm25", hybrid.bm25), ("dense", hybrid.dense), ("hybrid", hybrid)):
+            rankings.setdefault(method, []).extend(ranker.rank(q.question, K) for q in asked)
+        queries += asked
+        per_book[name] = {"fusion": choice.model_dump(), "questions": len(asked), "of": len(book_queries),
+                          "dev_seconds": dev_s, "test_seconds": test_s,
+                          "toc_tokens": len(encoder.query_prefix("stair", toc))}  # fmt: skip
+    methods = {method: by_scope(method, queries, ranked, tag) for method, ranked in rankings.items()}
+    return {
+        "kind": "full-books-fused",
+        "device": "cpu",
+        "model": identity,
+        "model_load_seconds": load_s,
+        "fusion_candidates": small_settings.toc.fusion_candidates,
+        "dev_questions": "the dev split of the small-book synthetic questions of the recipe "
+                         f"q{small_settings.toc.questions_per_leaf}p{small_settings.toc.passages_per_leaf}, "
+                         "mapped to the whole book's leaves",
+        "books": per_book,
+        "methods": methods,
+        "comparisons": fused_tests(methods),
     }
 
 

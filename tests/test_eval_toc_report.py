@@ -50,6 +50,8 @@ def test_every_stair_part_is_rendered_with_training_and_the_randomization_test()
                               "settings": {"fusion_candidates": 10, "questions_per_leaf": 24, "passages_per_leaf": 8}},
         "zero_shot_llm": {"kind": "zero-shot", "device": "cpu", "model": "tiny", "partial": True,
                           "sample": {"questions": 60, "seed": 7}},
+        "full_books_fused": {"kind": "full-books-fused", "device": "cpu", "model": "tiny@1", "fusion_candidates": 10,
+                             "books": {"psych": {"fusion": gated}}, "dev_questions": "the small-book dev split"},
     }  # fmt: skip
     experiments = [
         *(cell("full_books", "bm25", scope, r1) for scope, r1 in (("all", 0.719), ("psych", 0.784), ("soc", 0.65))),
@@ -71,11 +73,16 @@ def test_every_stair_part_is_rendered_with_training_and_the_randomization_test()
     assert "Training stair (packaged:tiny on cpu): 102 synthetic questions (24 dev), 6 steps (0.24 epochs) in 600 s" \
         in text
     assert "at step 6; without dev checks 2000 s/epoch, 25 tokens/s." in text  # 480 s / 0.24 epochs; 12,000 / 480 s
-    assert "the hybrid top 10 leaves ordered by the STAIR adapter, fused by rank at adapter weight 0.3, chosen on 24 " \
+    assert "the hybrid top 10 leaves ordered by the STAIR adapter, fused by rank at weight 0.3, chosen on 24 " \
         "synthetic dev questions (dev R@1 by weight: 0: 0.500, 0.3: 0.625, 1: 0.250)" in text
     assert "base packaged:tiny, 24 questions asked per leaf over 8 passages, CPU" in text
-    assert "adapter weight 0, chosen on 24 synthetic dev questions, its best weight 0.3 not taken (paired p 0.250: " \
+    assert "at weight 0, chosen on 24 synthetic dev questions, its best weight 0.3 not taken (paired p 0.250: " \
         "too little evidence)" in text
+    assert "### ToC retrieval: Whole books, all questions: hybrid leaf search fused with the zero-shot tiny@1 (CPU)" \
+        in text
+    assert "stair-fused (psych): the hybrid top 10 leaves ordered by the bare tiny@1 (no adapter), fused by rank at " \
+        "weight 0, chosen on 24 synthetic dev questions, its best weight 0.3 not taken" in text
+    assert "Dev questions: the small-book dev split." in text
     assert "small-all-stair 0.200 vs small-all-bm25 0.700 (delta -0.500), p = 0.0001 (10,000 permutations, " \
         "seed 7)" in text
     assert "Questions: 60 of the 120 questions of these chapters, random.Random(7).sample" in text
