@@ -39,13 +39,20 @@ from strata.eval.results import (
 from strata.eval.retrieval import _strict_scores, evaluate_run
 from strata.llm import Trace, TraceSummary, tracing
 from strata.stats import paired_p_value
-from strata.rerank.crossencoder import cross_encoder_source, trained_fusion_weight
+from strata.rerank.crossencoder import cross_encoder_source, trained_fusion_weight, trained_model_dir
 from strata.rerank.factory import compact_features, make_reranker
 from strata.rerank.fusion import FusedReranker, FusionChoice, TunedFusion, choose_weight, tuned_fusion
 from strata.rerank.permutation import ParseErrors
 from strata.rerank.texts import PaperTexts
-from strata.train.cross_encoder import Validation, train_cross_encoder
-from strata.train.pairs import writes_queries
+from strata.train.cross_encoder import (
+    TrainingReport,
+    Validation,
+    best_epoch,
+    fit_and_fuse,
+    paper_similarity,
+    train_cross_encoder,
+)
+from strata.train.pairs import TrainingQuery, count_by_source, mined_pairs, passage_of, writes_queries
 
 ROOT = Path(__file__).resolve().parent
 SCIFACT = ROOT.parent.parent / "shared" / "data" / "scifact" / "beir"
@@ -86,6 +93,10 @@ def arguments() -> argparse.Namespace:
     parser.add_argument("--ce-dev-queries", type=int, default=0,
                         help="SciFact train claims (a labelled dev split) to also choose the cross-encoder's fusion "
                         "weight on: adds '+fusion (dev weight)' rows (0: none)")
+    parser.add_argument("--ce-train-labelled", type=int, default=0,
+                        help="a supervised control, not the product recipe: train the cross-encoder on this many "
+                        "SciFact train claims (those after the first --ce-dev-queries, which choose its epoch and "
+                        "fusion weight) and the papers judged relevant to them, instead of on corpus-derived queries")
     parser.add_argument("--no-train", action="store_true", help="skip the cross-encoder unless already trained")
     parser.add_argument("--ce-train-store", type=Path, default=None,
                         help="train the cross-encoder on another corpus's store instead (a transfer test: no SciFact "
@@ -241,9 +252,13 @@ def cross_encoder(bench: Bench, corpus: Corpus, hybrid, bm25, capped) -> None:
             print("no trained cross-encoder under --work and --no-train given: cross-encoder rows skipped")
             return
         with tracing() as trace, training_corpus(bench.args, settings, corpus) as trained_on:
-            report = train_cross_encoder(trained_on, trained_on.llm if writes_queries(settings.rerank) else None)
+            if bench.args.ce_train_labelled:
+                report = labelled_training(bench, corpus)
+            else:
+                report = train_cross_encoder(trained_on, trained_on.llm if writes_queries(settings.rerank) else None)
             learned_from = {"corpus": str(trained_on.settings.store.home),
-                            "corpus_papers": len(trained_on.store.paper_ids())}
+                            "corpus_papers": len(trained_on.store.paper_ids()),
+                            "labelled_claims": bench.args.ce_train_labelled}
         report_file.write_text(json.dumps({**report.model_dump(), "llm": trace.summary().model_dump(),
                                            **learned_from}, indent=2))
     if report_file.is_file():
@@ -253,7 +268,7 @@ def cross_encoder(bench: Bench, corpus: Corpus, hybrid, bm25, capped) -> None:
     reranker = make_reranker(unfused, corpus.store, method="cross-encoder")
     # (row suffix, weight, how it was chosen): the written validation split's weight, and a labelled dev split's
     weights: list[tuple[str, float, dict | None]] = [("", trained_fusion_weight(settings), None)]
-    if bench.args.ce_dev_queries:
+    if bench.args.ce_dev_queries and not bench.args.ce_train_labelled:  # labelled: those claims chose it already
         dev = dev_fusion(bench, corpus, reranker)
         weights.append((" (dev weight)", dev.weight, {"split": "scifact train claims", **dev.model_dump()}))
     baselines = {"hybrid": "hybrid (first stage)", "bm25": "bm25"}
@@ -269,6 +284,43 @@ def cross_encoder(bench: Bench, corpus: Corpus, hybrid, bm25, capped) -> None:
             fused = {qid: fusion.rank(ranking.query, ranking) for qid, ranking in first.items()}
             bench.row(f"{name} > cross-encoder+fusion{suffix}", fused, len(first), subset, against=baselines[name],
                       tuning=tuning, fusion_weight=weight, seconds_per_query=round(seconds, 2))
+
+
+def labelled_training(bench: Bench, corpus: Corpus) -> TrainingReport:
+    """The supervised control: --ce-train-labelled SciFact train claims, each with every paper judged relevant to it
+    as a positive and first-stage hits as negatives (the claim's other judged papers never among them); the first
+    --ce-dev-queries train claims choose the epoch and the fusion weight. No test claim is used."""
+    args, settings = bench.args, bench.settings
+    if not args.ce_dev_queries:
+        raise SystemExit("--ce-train-labelled needs --ce-dev-queries: the claims that choose the epoch and the weight")
+    started = time.perf_counter()
+    split = load_beir(SCIFACT, split="train")
+    claims = split.queries[args.ce_dev_queries : args.ce_dev_queries + args.ce_train_labelled]
+    texts, known = PaperTexts(corpus.store), set(corpus.store.paper_ids())
+    similarity = paper_similarity(corpus)
+    pairs, dropped, queries = [], 0, 0
+    for claim in claims:
+        judged = sorted(pid for pid, grade in split.qrels.get(claim.id, {}).items() if grade > 0 and pid in known)
+        positives = [TrainingQuery(query=claim.text, paper_id=pid, source="labelled",
+                                   positive=passage_of(texts, "labelled", pid, settings.rerank.passage_words))
+                     for pid in judged]  # fmt: skip
+        mined, lost = mined_pairs(positives, corpus.searcher, texts, settings.rerank, similarity, exclude=judged)
+        pairs += mined
+        dropped += lost
+        queries += len(positives)
+    dev = {query.id: query.text for query in split.queries[: args.ce_dev_queries]}
+    validation = Validation(dev, split.qrels, corpus, settings.rerank.cross_encoder_depth)
+    first_stage = validation.ndcg({qid: ranking.paper_ids for qid, ranking in validation.first.items()})
+    generated_at = time.perf_counter()
+    print(f"{len(claims)} claims, {queries} (claim, judged paper) queries, {len(pairs)} pairs; first stage dev "
+          f"nDCG@10 {first_stage:.4f}", flush=True)
+    epochs, fusion = fit_and_fuse(corpus, pairs, validation, trained_model_dir(settings))
+    return TrainingReport(
+        model_dir=str(trained_model_dir(settings)), queries={"labelled": queries}, failed_llm_queries=0,
+        pairs=count_by_source(pairs), dropped_false_negatives=dropped, validation_queries={"labelled": len(dev)},
+        first_stage_validation=first_stage, epochs=epochs, best_epoch=best_epoch(epochs), fusion=fusion,
+        generation_seconds=generated_at - started, training_seconds=time.perf_counter() - generated_at,
+    )  # fmt: skip
 
 
 @contextmanager

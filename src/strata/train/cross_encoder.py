@@ -316,7 +316,36 @@ def train_cross_encoder(
     generated_at = time.perf_counter()
     log(f"{len(pairs)} pairs ({dropped} likely false negatives dropped); first stage validation nDCG@10 "
         f"{first_stage:.4f}")
+    epochs, fusion = fit_and_fuse(corpus, pairs, validation, output, log, progress)
+    return TrainingReport(
+        model_dir=str(output),
+        queries=count_by_source(train),
+        failed_llm_queries=failed,
+        pairs=count_by_source(pairs),
+        dropped_false_negatives=dropped,
+        validation_queries=count_by_source(held),
+        first_stage_validation=first_stage,
+        epochs=epochs,
+        best_epoch=best_epoch(epochs),
+        fusion=fusion,
+        generation_seconds=generated_at - started,
+        training_seconds=time.perf_counter() - generated_at,
+    )
 
+
+def fit_and_fuse(
+    corpus: Corpus,
+    pairs: Sequence[TrainingPair],
+    validation: Validation,
+    output: Path,
+    log: Log = stderr_line,
+    progress: Progress | None = None,
+) -> tuple[list[EpochReport], FusionChoice]:
+    """Train on `pairs` with `validation` choosing the epoch, then the fusion weight on the kept epoch's validation
+    rankings; the model goes to `output` with `fusion.json` (and the pairs) beside it."""
+    settings = corpus.settings
+    rerank = settings.rerank
+    texts = PaperTexts(corpus.store)
     # Each epoch's validation rerankings, kept so the fusion weight is chosen on the saved (best) epoch's own
     # rankings instead of loading the model again and rescoring every validation query.
     scored: list[tuple[float, dict[str, Ranking]]] = []
@@ -340,18 +369,4 @@ def train_cross_encoder(
         )
 
     epochs = fit_cross_encoder(pairs, settings, output, validate, log, complete, progress)
-    fusion = chosen[0]
-    return TrainingReport(
-        model_dir=str(output),
-        queries=count_by_source(train),
-        failed_llm_queries=failed,
-        pairs=count_by_source(pairs),
-        dropped_false_negatives=dropped,
-        validation_queries=count_by_source(held),
-        first_stage_validation=first_stage,
-        epochs=epochs,
-        best_epoch=best_epoch(epochs),
-        fusion=fusion,
-        generation_seconds=generated_at - started,
-        training_seconds=time.perf_counter() - generated_at,
-    )
+    return epochs, chosen[0]

@@ -6,7 +6,9 @@ Sources (each query knows the paper it came from, its positive):
   several sentences per paper (`train_cloze_per_paper`), as one abstract holds several findings a query may ask for;
 - section: a paper's title and a section heading find that section's text (papers parsed with sections);
 - llm: a query the LLM wrote for the passage (InPars/GPL style), cached by the LLM response cache, so a rerun
-  continues where an interrupted one stopped.
+  continues where an interrupted one stopped;
+- labelled: a benchmark's labelled training query and a paper judged relevant to it (a supervised control, never
+  what `strata train-reranker` builds).
 Hard negatives are other papers from the query's first-stage hits (`train_negative_method`: hybrid, the ranking the
 reranker will reorder, or BM25), with a false-negative filter: a negative the dense encoder scores above the positive
 is dropped (it may answer the query as well as the positive does).
@@ -32,8 +34,8 @@ from strata.progress import Progress, tell
 from strata.rerank.texts import PaperTexts
 from strata.retrieve.protocol import Searcher
 
-Source = Literal["title", "inverse-cloze", "section", "llm"]
-SOURCES: tuple[Source, ...] = ("title", "inverse-cloze", "section", "llm")
+Source = Literal["title", "inverse-cloze", "section", "llm", "labelled"]
+SOURCES: tuple[Source, ...] = ("title", "inverse-cloze", "section", "llm", "labelled")
 UNTITLED: frozenset[Source] = frozenset({"title", "section"})  # sources whose query holds the paper's title
 MIN_QUERY_WORDS = 4  # a shorter title or sentence ("Introduction", "Results.") asks nothing
 MIN_BODY_WORDS = 30  # a body this short leaves no passage once a sentence is taken out
