@@ -509,9 +509,11 @@ def toc_part(name: str, result: ResultFile, group: str, part: dict[str, Any], ex
         )
     if part.get("fusion"):
         lines.append(_fusion_line(part["fusion"], part["settings"]["fusion_candidates"], "the STAIR adapter", ""))
-    for book, measured in part.get("books", {}).items():  # a whole-books fused part: a weight per book
-        orderer = f"the bare {part['model']} (no adapter)"
-        lines.append(_fusion_line(measured["fusion"], part["fusion_candidates"], orderer, f" ({book})"))
+    if part["kind"] == "full-books-fused":  # a weight per book, and the test questions it ranked
+        for book, measured in part["books"].items():
+            orderer = f"the bare {part['model']} (no adapter)"
+            asked = f" ({book}, {measured['questions']} of its {measured['of']} questions)"
+            lines.append(_fusion_line(measured["fusion"], part["fusion_candidates"], orderer, asked))
     if part.get("dev_questions"):
         lines.append(f"Dev questions: {part['dev_questions']}.")
     for test in part.get("comparisons", []):
@@ -553,7 +555,7 @@ def _toc_title(part: dict[str, Any], result: ResultFile) -> str:
         recipe = f", base {books[0]['train_model']}{_asked(books[0])}" if part.get("recipe") else ""
         return f"Small books together: {pooled} (each trained on its own ToC{recipe}), {device}"
     if kind == "full-books-fused":
-        return f"Whole books, all questions: hybrid leaf search fused with the zero-shot {part['model']} ({device})"
+        return f"Whole books: hybrid leaf search fused with the zero-shot {part['model']} ({device})"
     return f"Whole books, all questions, {part['model']} on {part['device']}"  # gpu
 
 

@@ -440,12 +440,15 @@ def full_books_fused(books: dict, settings, zero_settings, small_settings, sampl
         small_toc = document_toc(small_test_set(books, name)[0])
         _, questions, _ = small_book_questions(small_toc, settings, small_settings)
         by_path = {tuple(leaf.path): leaf.number for leaf in toc.leaves()}
+        assert len(by_path) == len(toc.leaves()), f"{name}: two leaves share a path; dev cannot be mapped by path"
         split = split_questions(questions, small_settings.toc.dev_fraction, SEED)
         dev = [item.model_copy(update={"leaf": by_path[tuple(small_toc.entry(item.leaf).path)]})
                for item in split if item.split == "dev"]  # fmt: skip
-        dev = dev[:: -(-len(dev) // CPU_DEV_LIMIT)]
+        dev = dev[:: max(1, -(-len(dev) // CPU_DEV_LIMIT))]
         begun = time.perf_counter()
-        retriever = fused_retriever(small_settings, toc, model, encoder, True, 0.0)  # the bare model reads the ToC
+        # adapt_toc True: the model reads the ToC as it is (a bare model has no adapter to disable for it). It
+        # answers in the adapters' label format, "title (number)", unlike the llama.cpp zero-shot rows' prompt.
+        retriever = fused_retriever(small_settings, toc, model, encoder, True, 0.0)
         choice = choose_fusion_weight(retriever, dev, small_settings.search.fusion_max_p)
         dev_s = time.perf_counter() - begun
         log(f"{name}: {choice.verdict()} ({dev_s:.0f}s): {choice.curve}")

@@ -51,7 +51,7 @@ def test_every_stair_part_is_rendered_with_training_and_the_randomization_test()
         "zero_shot_llm": {"kind": "zero-shot", "device": "cpu", "model": "tiny", "partial": True,
                           "sample": {"questions": 60, "seed": 7}},
         "full_books_fused": {"kind": "full-books-fused", "device": "cpu", "model": "tiny@1", "fusion_candidates": 10,
-                             "books": {"psych": {"fusion": gated}}, "dev_questions": "the small-book dev split"},
+                             "books": {"psych": {"fusion": gated, "questions": 589, "of": 589}}, "dev_questions": "the small-book dev split"},
     }  # fmt: skip
     experiments = [
         *(cell("full_books", "bm25", scope, r1) for scope, r1 in (("all", 0.719), ("psych", 0.784), ("soc", 0.65))),
@@ -78,9 +78,8 @@ def test_every_stair_part_is_rendered_with_training_and_the_randomization_test()
     assert "base packaged:tiny, 24 questions asked per leaf over 8 passages, CPU" in text
     assert "at weight 0, chosen on 24 synthetic dev questions, its best weight 0.3 not taken (paired p 0.250: " \
         "too little evidence)" in text
-    assert "### ToC retrieval: Whole books, all questions: hybrid leaf search fused with the zero-shot tiny@1 (CPU)" \
-        in text
-    assert "stair-fused (psych): the hybrid top 10 leaves ordered by the bare tiny@1 (no adapter), fused by rank at " \
+    assert "### ToC retrieval: Whole books: hybrid leaf search fused with the zero-shot tiny@1 (CPU)" in text
+    assert "stair-fused (psych, 589 of its 589 questions): the hybrid top 10 leaves ordered by the bare tiny@1 (no adapter), fused by rank at " \
         "weight 0, chosen on 24 synthetic dev questions, its best weight 0.3 not taken" in text
     assert "Dev questions: the small-book dev split." in text
     assert "small-all-stair 0.200 vs small-all-bm25 0.700 (delta -0.500), p = 0.0001 (10,000 permutations, " \

@@ -3,8 +3,11 @@ keeps its vectors in a cache folder only for the texts and encoder that made the
 
 from __future__ import annotations
 
+import os
 import statistics
 from pathlib import Path
+
+import numpy as np
 
 from strata.config import EmbeddingSettings, Settings
 from strata.documents.builder import PaperBuilder
@@ -62,9 +65,13 @@ def test_leaf_vectors_are_reused_from_the_cache_until_the_text_changes(tmp_path:
 
     monkeypatch.undo()
     changed = LeafDense(earth(" Pilots reroute."), settings, first.embedder, cache)
-    [replaced] = list(cache.iterdir())
-    assert replaced != saved and not (changed.vectors == first.vectors).all()  # the stale file is gone
+    assert not (changed.vectors == first.vectors).all() and len(list(cache.iterdir())) == 2  # both texts kept
+    os.utime(saved, (1, 1))  # the oldest version
+    LeafDense(earth(" Airports close."), settings, first.embedder, cache)
+    assert len(list(cache.iterdir())) == 2 and not saved.exists()  # a third text replaces the oldest file
 
-    replaced.write_bytes(b"not an array")  # damaged: embedded again, never a crash
-    assert (LeafDense(earth(" Pilots reroute."), settings, first.embedder, cache).vectors == changed.vectors).all()
-    assert [path.name for path in cache.iterdir()] == [replaced.name]
+    [damaged] = [path for path in cache.iterdir() if (np.load(path) == changed.vectors).all()]
+    for content in (b"not an array", b""):  # damaged or empty: embedded again, never a crash
+        damaged.write_bytes(content)
+        assert (LeafDense(earth(" Pilots reroute."), settings, first.embedder, cache).vectors == changed.vectors).all()
+    assert not list(cache.glob("*.partial"))

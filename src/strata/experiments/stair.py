@@ -17,7 +17,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, get_args
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
 from strata.config import TocSettings
 from strata.toc.adapter import AdapterMeta, load_adapter, load_base_model, read_adapter_meta, save_adapter
@@ -64,6 +64,8 @@ class TrainingRecord(BaseModel):
 
     settings: TocSettings
     seed: int
+    device: str
+    budget_s: float | None = Field(description="The wall budget training ran under (None: none)")
     examples: str = Field(description="SHA-256 of the (train, dev) questions the adapter was trained and checked on")
     report: TrainReport
 
@@ -175,7 +177,9 @@ def _mode_stage(
     meta = adapter_meta(mode, runs.model, tocs, job.settings)
     examples = examples_digest(train, dev)
     folder = adapter_dir / mode if adapter_dir is not None else None
-    record = reusable_record(folder, meta, job, examples) if reuse and folder is not None else None
+    trained = TrainingRecord(settings=job.settings, seed=job.seed, device=runs.device, budget_s=budget_s,
+                             examples=examples, report=TrainReport.model_construct())  # fmt: skip
+    record = reusable_record(folder, meta, trained) if reuse and folder is not None else None
     if record is not None and folder is not None:
         log(f"{mode}: reusing the adapter in {folder} (trained on the same {len(train)} train and {len(dev)} dev)")
         peft_model, report = load_adapter(model, folder, runs.model, mode), record.report
@@ -188,9 +192,12 @@ def _mode_stage(
     try:
         runs.train.append(report)
         if folder is not None and record is None:
+            # The old record goes first and the new one lands by rename: weights never sit beside another's record.
+            (folder / TRAINING_RECORD).unlink(missing_ok=True)
             save_adapter(peft_model, folder, meta)
-            trained = TrainingRecord(settings=job.settings, seed=job.seed, examples=examples, report=report)
-            (folder / TRAINING_RECORD).write_text(trained.model_dump_json(indent=2))
+            partial = folder / f"{TRAINING_RECORD}.partial"
+            partial.write_text(trained.model_copy(update={"report": report}).model_dump_json(indent=2))
+            partial.replace(folder / TRAINING_RECORD)
         runs.runs.append(_run(mode, peft_model, encoder, job, mode, free=True, base_prefix=not job.settings.adapt_toc))
     finally:
         peft_model.unload()  # removes the LoRA layers from `model` in place
@@ -202,13 +209,17 @@ def examples_digest(train: Sequence[Example], dev: Sequence[Example]) -> str:
     return hashlib.sha256(json.dumps(rows).encode()).hexdigest()
 
 
-def reusable_record(folder: Path, meta: AdapterMeta, job: StairJob, examples: str) -> TrainingRecord | None:
-    """The training record of the adapter in `folder` when it was trained as `job` would train it, else None."""
+def reusable_record(folder: Path, meta: AdapterMeta, wanted: TrainingRecord) -> TrainingRecord | None:
+    """The training record of the adapter in `folder` when it was trained as `wanted` says (settings, seed, device,
+    budget, examples; its report aside), else None (a missing, damaged or older record included)."""
     path = folder / TRAINING_RECORD
     if not path.is_file() or read_adapter_meta(folder) != meta:
         return None
-    record = TrainingRecord.model_validate_json(path.read_text())
-    same = record.settings == job.settings and record.seed == job.seed and record.examples == examples
+    try:
+        record = TrainingRecord.model_validate_json(path.read_text())
+    except ValidationError:
+        return None
+    same = record.model_dump(exclude={"report"}) == wanted.model_dump(exclude={"report"})
     return record if same else None
 
 

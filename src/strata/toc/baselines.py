@@ -28,6 +28,7 @@ from strata.retrieve.fusion import reciprocal_rank_fusion
 from strata.toc.model import DocumentToc, LeafRanking, TocEntry
 
 PATH_SEPARATOR = " > "
+KEPT_VERSIONS = 2  # cached leaf-vector files per document id
 
 
 def _ranking(query: str, method: str, scored: list[tuple[TocEntry, float]], started: float) -> LeafRanking:
@@ -103,29 +104,32 @@ class LeafDense:
 
     def _vectors(self, texts: list[str], cache: Path | None, paper_id: str) -> np.ndarray:
         """The texts' vectors: from `cache` when the same encoder embedded the same texts, else embedded and saved
-        there whole by an atomic rename (an interrupted save leaves no file that loads), replacing the document's
-        vectors of an earlier text."""
+        there whole by an atomic rename (an interrupted save leaves no file that loads). A document keeps its
+        KEPT_VERSIONS latest files (a book and a chapter subset of it share the id); a cache that cannot be
+        read or written is passed by, never an error."""
         if cache is None:
             return self.embedder.embed(texts)
         digest = hashlib.sha256("\x00".join([self.embedder.identity, *texts]).encode()).hexdigest()[:16]
         document = hashlib.sha256(paper_id.encode()).hexdigest()[:12]  # any id is a safe file name
         path = cache / f"{document}-{digest}.npy"
-        if path.is_file():
-            try:
-                vectors = np.load(path, allow_pickle=False)
-                if vectors.shape[0] == len(texts):
-                    return vectors
-            except (OSError, ValueError):  # a damaged file is embedded again and replaced
-                pass
+        try:
+            vectors = np.load(path, allow_pickle=False)
+            if vectors.shape[0] == len(texts):
+                return vectors
+        except (OSError, ValueError, EOFError):  # absent or damaged: embedded again and replaced
+            pass
         vectors = self.embedder.embed(texts)
-        cache.mkdir(parents=True, exist_ok=True)
         partial = path.with_suffix(f".{os.getpid()}.partial")
-        with partial.open("wb") as handle:
-            np.save(handle, vectors, allow_pickle=False)
-        os.replace(partial, path)
-        for stale in cache.glob(f"{document}-*.npy"):
-            if stale != path:
+        try:
+            cache.mkdir(parents=True, exist_ok=True)
+            with partial.open("wb") as handle:
+                np.save(handle, vectors, allow_pickle=False)
+            os.replace(partial, path)
+            versions = sorted(cache.glob(f"{document}-*.npy"), key=lambda file: file.stat().st_mtime, reverse=True)
+            for stale in versions[KEPT_VERSIONS:]:
                 stale.unlink(missing_ok=True)
+        except OSError:
+            partial.unlink(missing_ok=True)
         return vectors
 
     def rank(self, query: str, k: int) -> LeafRanking:
