@@ -200,6 +200,7 @@ CLAIMS = (
             "OpenStax ToC-QA, small books", "R@1", Measure("stair-cpu.json", f"small_books_overall-q24p8/{name}/all"),
             (
                 ("the same, default recipe", Measure("stair-cpu.json", f"small_books_overall/{name}/all")),
+                ("DSI, the same recipe", Measure("stair-cpu.json", "small_books_overall-q24p8/dsi/all")),
                 ("DSI, default recipe", Measure("stair-cpu.json", "small_books_overall/dsi/all")),
                 ("dense leaves", Measure("stair-cpu.json", "small_books_overall-q24p8/dense/all")),
                 ("hybrid leaves", Measure("stair-cpu.json", "small_books_overall-q24p8/hybrid/all")),
