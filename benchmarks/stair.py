@@ -425,6 +425,7 @@ def full_books_fused(books: dict, settings, zero_settings, small_settings, sampl
     from strata.toc.adapter import load_base_model
     from strata.toc.encode import PromptEncoder
     from strata.toc.fused import choose_fusion_weight
+    from strata.train.toc_lora import dev_cut
     from strata.toc.query import fused_retriever
     from strata.toc.synthetic import split_questions
     from strata.toc.tree import document_toc
@@ -444,7 +445,7 @@ def full_books_fused(books: dict, settings, zero_settings, small_settings, sampl
         split = split_questions(questions, small_settings.toc.dev_fraction, SEED)
         dev = [item.model_copy(update={"leaf": by_path[tuple(small_toc.entry(item.leaf).path)]})
                for item in split if item.split == "dev"]  # fmt: skip
-        dev = dev[:: max(1, -(-len(dev) // CPU_DEV_LIMIT))]
+        dev = dev_cut(dev, CPU_DEV_LIMIT)
         begun = time.perf_counter()
         # adapt_toc True: the model reads the ToC as it is (a bare model has no adapter to disable for it). It
         # answers in the adapters' label format, "title (number)", unlike the llama.cpp zero-shot rows' prompt.
@@ -653,6 +654,7 @@ def fused_stair(settings, toc, adapter, queries, split) -> tuple[list, object]:
     from strata.toc.adapter import load_adapter, load_base_model, read_adapter_meta
     from strata.toc.encode import PromptEncoder
     from strata.toc.fused import choose_fusion_weight
+    from strata.train.toc_lora import dev_cut
     from strata.toc.query import fused_retriever
 
     model, tokenizer, identity = load_base_model(
@@ -663,8 +665,7 @@ def fused_stair(settings, toc, adapter, queries, split) -> tuple[list, object]:
     retriever = fused_retriever(settings, toc, tuned, encoder, read_adapter_meta(adapter).adapt_toc, 0.0)
     started = time.perf_counter()
     dev = [item for item in split if item.split == "dev"]
-    choice = choose_fusion_weight(retriever, dev[:: -(-len(dev) // CPU_DEV_LIMIT)],  # as training_examples cuts it
-                                  settings.search.fusion_max_p)
+    choice = choose_fusion_weight(retriever, dev_cut(dev, CPU_DEV_LIMIT), settings.search.fusion_max_p)
     log(f"{choice.verdict()} ({time.perf_counter() - started:.0f}s): {choice.curve}")
     retriever.weight = choice.weight
     return [retriever.rank(q.question, K) for q in queries], choice
@@ -853,7 +854,6 @@ def collect(args: argparse.Namespace) -> None:
             paper: sum(len(q) for q in leaves.values()) for paper, leaves in runs.generated_questions.items()
         },
         "training": [report.model_dump() for report in runs.train],
-        "reused_adapters": runs.reused,  # trained by an earlier run of this part (`training` is that run's report)
         "methods": methods,
         "comparisons": paired_tests(methods, "stair"),
         "errors": runs.errors,

@@ -8,7 +8,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel, Field
 
@@ -26,6 +26,8 @@ if TYPE_CHECKING:
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 DEV_LIMIT = 300  # most dev questions ranked per check: each check ranks them all
 Log = Callable[[str], None]
+
+T = TypeVar("T")
 
 
 class DevCheck(BaseModel):
@@ -66,8 +68,12 @@ def training_examples(
         for item in splits[toc.paper_id]:
             example = encoder.example(mode, toc, toc.entry(item.leaf), item.question)
             (train if item.split == "train" else dev).append(example)
-    stride = max(1, -(-len(dev) // dev_limit))
-    return train, dev[::stride]
+    return train, dev_cut(dev, dev_limit)
+
+
+def dev_cut(dev: Sequence[T], limit: int) -> list[T]:
+    """At most about `limit` of `dev`: every n-th, deterministic (the dev checks' questions, and the fusion's)."""
+    return list(dev[:: max(1, -(-len(dev) // limit))])
 
 
 def adapter_meta(mode: Mode, base_identity: str, tocs: Sequence[DocumentToc], settings: TocSettings) -> AdapterMeta:
