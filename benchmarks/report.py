@@ -219,6 +219,21 @@ CLAIMS = (
         for name, method in (("stair", "STAIR"), ("stair-fused", "STAIR fused with hybrid leaf search"))
     ),
     Claim(
+        "STAIR trained on a lent H200 (0.5B, 24-over-8 recipe; its 90 s budget ended training after 1 epoch)",
+        "OpenStax ToC-QA, small book psychology-2e", "R@1",
+        Measure("stair-cpu.json", "small_psychology-2e-q24p8-gpu/stair/all"),
+        (
+            ("the same recipe trained on this CPU (229 steps)", Measure("stair-cpu.json",
+                                                                         "small_psychology-2e-q24p8/stair/all")),
+            ("dense leaves", Measure("stair-cpu.json", "small_psychology-2e-q24p8-gpu/dense/all")),
+        ),
+    ),
+    Claim(
+        "The GPU-trained STAIR adapter brought back, ranking on this CPU", "OpenStax ToC-QA, small book psychology-2e",
+        "R@1", Measure("stair-cpu.json", "small_psychology-2e-q24p8-gpu/stair-on-cpu/all"),
+        (("the same adapter on the GPU", Measure("stair-cpu.json", "small_psychology-2e-q24p8-gpu/stair/all")),),
+    ),
+    Claim(
         "STAIR fused with hybrid leaf search (weight chosen on synthetic dev questions)",
         "OpenStax ToC-QA, small books", "R@1", Measure("stair-cpu.json", "small_books_overall/stair-fused/all"),
         (

@@ -1,9 +1,9 @@
 """STAIR table-of-contents retrieval on OpenStax ToC-QA (psychology-2e, introduction-sociology-3e).
 
     python benchmarks/stair.py cpu [--parts full,zero-shot,zero-shot-small,small,overall] [--small-books A,B]
-    python benchmarks/stair.py prepare-gpu [--folder .stair_gpu]
-    python benchmarks/stair.py gpu --job .stair_gpu/job.json --model MODEL.gguf --out DIR [--budget-s 400]
-    python benchmarks/stair.py collect --runs DIR
+    python benchmarks/stair.py prepare-gpu [--scope small|full] [--folder .stair_gpu]
+    python benchmarks/stair.py gpu --plan .stair_gpu/plan.json --model MODEL.gguf --out DIR [--budget-s 90]
+    python benchmarks/stair.py collect --runs DIR [--plan .stair_gpu/plan.json]
 
 `cpu` measures what this machine can: BM25 and dense over leaf text on all 1,146 questions (`full`); the zero-shot
 LLM (embedded llama.cpp, trie-constrained and free) on a fixed sample of questions per whole book (`zero-shot`) or
@@ -31,7 +31,9 @@ import random
 import subprocess
 import sys
 import time
+from functools import partial
 from pathlib import Path
+from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parent
 REPO = ROOT.parent
@@ -52,6 +54,7 @@ SMALL_BOOKS = {
     "introduction-sociology-3e": ("Sociological Research", "Culture", "Society and Social Interaction"),
 }
 PART_BYTES = 48 * 1024 * 1024  # each device call carries under its 64 MiB limit: the 0.5B (469 MiB) is 10 parts
+RETURN_BYTES = 15 * 1024 * 1024  # each file the device sends back is under 16 MiB
 # Not in the device image (KINDS.md): strata's typed models and the GGUF reader transformers needs.
 GPU_WHEELS = (
     "pydantic==2.14.4",
@@ -83,6 +86,7 @@ QUESTIONS = {"toc.question_cache": str(RESULTS / "toc-questions")}
 CPU_SMALL_TEST_SAMPLE = 60
 CPU_PARTS = ("full", "full-fused", "zero-shot", "zero-shot-small", "questions", "small", "overall")
 FUSED = "stair-fused"
+STAIR_HERE = "stair-on-cpu"  # a GPU-trained adapter ranking alone on this CPU
 CHECKPOINT_EVERY = 5  # zero-shot LLM questions between partial writes of the results
 # Sized for one device call (at most 600 s): two adapters of --budget-s each plus generation and ranking.
 GPU_SETTINGS = {
@@ -169,7 +173,8 @@ def by_scope(method: str, queries, rankings, tag: str) -> dict:
 
 def paired_tests(methods: dict, system: str, metric: str = "R@1") -> list[dict]:
     """STAIR against the best other method on the same questions, and against DSI (the paper's test)."""
-    others = {name: entry for name, entry in methods.items() if name not in (system, FUSED) and "all" in entry}
+    others = {name: entry for name, entry in methods.items()
+              if name not in (system, FUSED, STAIR_HERE) and "all" in entry}  # fmt: skip
     if system not in methods or not others:
         return []
     best = max(others, key=lambda name: (others[name]["all"]["metrics"][metric], name))
@@ -373,14 +378,21 @@ def run_cpu(args: argparse.Namespace) -> None:
             part = small_book(books, name, key, settings, args.train_budget_s, overrides, modes, args.reuse_adapters)
             written = write_results("stair-cpu.json", {f"small_{key}": part})
     if parts & {"small", "overall"}:
-        written = compare_recipes() or written
-        for suffix in recipe_suffixes():
-            overall = small_books_overall(suffix)
-            # Pooled again, or dropped: a pooling of earlier runs the books no longer match must not stand.
-            key = f"small_books_overall{suffix}"
-            written = write_results("stair-cpu.json", {key: overall}) if overall else drop_part("stair-cpu.json", key)
+        written = pool_small_books(written)
     if written:
         print_tables("stair-cpu.json", written)
+
+
+def pool_small_books(written):
+    """Every small book's recipe compared with its default, then each recipe's books pooled again; the results file
+    as last written (`written` when nothing was)."""
+    written = compare_recipes() or written
+    for suffix in recipe_suffixes():
+        overall = small_books_overall(suffix)
+        # Pooled again, or dropped: a pooling of earlier runs the books no longer match must not stand.
+        key = f"small_books_overall{suffix}"
+        written = write_results("stair-cpu.json", {key: overall}) if overall else drop_part("stair-cpu.json", key)
+    return written
 
 
 def full_book_baselines(books: dict, settings) -> dict:
@@ -575,17 +587,29 @@ def small_book_questions(toc, settings, small_settings):
     return question_model, questions, time.perf_counter() - started
 
 
-def small_book(
-    books: dict, name: str, key: str, settings, train_budget_s: float, overrides: dict, modes: tuple, reuse: bool
-) -> dict:
+class SmallBook(NamedTuple):
+    """A small book's STAIR job as the CPU recipe builds it, with what its results part reports."""
+
+    name: str
+    toc: object
+    all_queries: list
+    queries: list
+    settings: object  # the recipe's Settings
+    question_model: str
+    questions: dict
+    question_seconds: float
+    job: object  # StairJob
+
+
+def small_book_setup(books: dict, name: str, settings, overrides: dict, modes: tuple, **job_fields) -> SmallBook:
+    """The small book's job: its synthetic questions (cached, or written now), the recipe's settings, its test
+    sample; `job_fields` override the CPU's (dev limit, inference batch, zero-shot)."""
     from strata.config import Settings
-    from strata.encoders.embedder import Embedder
-    from strata.toc.baselines import LeafBM25, LeafDense, LeafHybrid
-    from strata.experiments.stair import BookJob, JobQuery, StairJob, run_job
+    from strata.experiments.stair import BookJob, JobQuery, StairJob
     from strata.toc.tree import document_toc
 
     paper, all_queries, queries = small_test_set(books, name)
-    tag = f"small-{key}"
+    queries = queries[: job_fields.pop("test_limit", None)]  # a smoke run's few
     toc = document_toc(paper)
     small_settings = Settings.load(overrides=QUESTIONS | overrides)
     question_model, questions, question_seconds = small_book_questions(toc, settings, small_settings)
@@ -599,15 +623,33 @@ def small_book(
         ],
         settings=small_settings.toc,
         seed=SEED,
-        dev_limit=CPU_DEV_LIMIT,
-        inference_batch=1,
         modes=list(modes),
-        zero_shot=False,  # the zero-shot baseline is the packaged LLM on the ToC (zero_shot_llm); CPU time is scarce
+        # the zero-shot baseline is the packaged LLM on the ToC (zero_shot_llm); CPU time is scarce
+        **({"dev_limit": CPU_DEV_LIMIT, "inference_batch": 1, "zero_shot": False} | job_fields),
     )
+    return SmallBook(name, toc, all_queries, queries, small_settings, question_model, questions, question_seconds, job)
+
+
+def small_book(
+    books: dict, name: str, key: str, settings, train_budget_s: float, overrides: dict, modes: tuple, reuse: bool
+) -> dict:
+    from strata.experiments.stair import run_job
+
+    setup = small_book_setup(books, name, settings, overrides, modes)
     adapters = ADAPTERS / key
-    runs = run_job(
-        job, small_settings.toc.train_model, settings.llm.model_dir, "cpu", adapters, log, train_budget_s, reuse=reuse
-    )
+    runs = run_job(setup.job, setup.settings.toc.train_model, settings.llm.model_dir, "cpu", adapters, log,
+                   train_budget_s, reuse=reuse)  # fmt: skip
+    return small_book_part(setup, key, settings, runs, adapters / "stair", train_budget_s)
+
+
+def small_book_part(setup: SmallBook, key: str, settings, runs, stair_adapter: Path | None, train_budget_s) -> dict:
+    """The small book's results part: the leaf baselines, every method `runs` ranked with, and STAIR fused with
+    hybrid search on this CPU from the adapter in `stair_adapter` (trained here or brought back from a GPU; None:
+    no fused row)."""
+    from strata.encoders.embedder import Embedder
+    from strata.toc.baselines import LeafBM25, LeafDense, LeafHybrid
+
+    toc, queries, tag = setup.toc, setup.queries, f"small-{key}"
     embedder = Embedder(settings.index.embedding)
     methods = {
         "bm25": by_scope("bm25", queries, [LeafBM25(toc).rank(q.question, K) for q in queries], tag),
@@ -618,40 +660,53 @@ def small_book(
     methods["hybrid"] = by_scope("hybrid", queries, [hybrid.rank(q.question, K) for q in queries], tag)
     for run in runs.runs:
         methods[run.method] = by_scope(run.method, queries, [run.rankings[q.query_id] for q in queries], tag)
-    fusion = None
-    if "stair" in modes and not any(error.startswith("stair") for error in runs.errors):
-        fused, fusion = fused_stair(small_settings, toc, adapters / "stair", queries, runs.splits[toc.paper_id])
+    fusion, agreement = None, None
+    trained_stair = next((run for run in runs.runs if run.method == "stair"), None)
+    if trained_stair and stair_adapter is not None and (stair_adapter / "adapter_config.json").is_file():
+        elsewhere = runs.device != "cpu"
+        fused, fusion, mine = fused_stair(setup.settings, toc, stair_adapter, queries, runs.splits[toc.paper_id],
+                                          alone=elsewhere)  # fmt: skip
         methods[FUSED] = by_scope(FUSED, queries, fused, tag)
+        if mine is not None:  # the adapter brought back, ranking alone here: does the CPU answer as the GPU did?
+            methods[STAIR_HERE] = by_scope(STAIR_HERE, queries, mine, tag)
+            sent = [trained_stair.rankings[q.query_id] for q in queries]
+            same = sum(a.leaves[:1] and b.leaves[:1] and a.leaves[0].number == b.leaves[0].number
+                       for a, b in zip(mine, sent))  # fmt: skip
+            agreement = {"questions": len(queries), "same_top_leaf": int(same)}
     return {
         "kind": "small-book",
-        "device": "cpu",
-        "book": name,
-        "chapters": list(SMALL_BOOKS[name]),
+        "device": runs.device,
+        "book": setup.name,
+        "chapters": list(SMALL_BOOKS[setup.name]),
         "leaves": len(toc.leaves()),
         "questions_test": len(queries),
-        "sample": {"questions": len(queries), "of": len(all_queries), "seed": SEED},  # BM25 and dense on them too
+        "sample": {"questions": len(queries), "of": len(setup.all_queries), "seed": SEED},  # BM25, dense on them too
         "synthetic_questions": {
-            "model": question_model,
-            "leaves": len(questions),
-            "questions": sum(len(q) for q in questions.values()),
-            "seconds_this_run": question_seconds,  # ~0 when the on-disk cache was already filled
+            "model": setup.question_model,
+            "leaves": len(setup.questions),
+            "questions": sum(len(q) for q in setup.questions.values()),
+            "seconds_this_run": setup.question_seconds,  # ~0 when the on-disk cache was already filled
         },
-        "train_model": small_settings.toc.train_model,
-        "settings": small_settings.toc.model_dump(mode="json"),
+        "train_model": setup.settings.toc.train_model,
+        "settings": setup.settings.toc.model_dump(mode="json"),
         "train_budget_s_per_adapter": train_budget_s,
         "model_load_seconds": runs.model_load_seconds,
         "training": [report.model_dump() for report in runs.train],
         "reused_adapters": runs.reused,  # trained by an earlier run of this part (`training` is that run's report)
         "fusion": fusion.model_dump() if fusion else None,
+        "fused_on": "cpu" if fusion else None,  # the fused retriever always ranks here, with the adapter on the CPU
+        "cpu_agreement": agreement,  # an adapter trained elsewhere: its top leaf here and there, per test question
         "methods": methods,
         "comparisons": paired_tests(methods, "stair") + fused_tests(methods),
     }
 
 
-def fused_stair(settings, toc, adapter, queries, split) -> tuple[list, object]:
+def fused_stair(settings, toc, adapter, queries, split, alone: bool = False) -> tuple[list, object, list | None]:
     """The STAIR adapter fused with hybrid search (strata.toc.fused): the weight chosen on the dev questions of the
-    adapter's split, then every test question ranked."""
+    adapter's split, then every test question ranked; with `alone`, also the adapter's own rankings on this CPU
+    (an adapter trained elsewhere, checked against the rankings it sent)."""
     from strata.toc.adapter import load_adapter, load_base_model, read_adapter_meta
+    from strata.toc.decode import rank_questions
     from strata.toc.encode import PromptEncoder
     from strata.toc.fused import choose_fusion_weight
     from strata.train.toc_lora import dev_cut
@@ -668,7 +723,13 @@ def fused_stair(settings, toc, adapter, queries, split) -> tuple[list, object]:
     choice = choose_fusion_weight(retriever, dev_cut(dev, CPU_DEV_LIMIT), settings.search.fusion_max_p)
     log(f"{choice.verdict()} ({time.perf_counter() - started:.0f}s): {choice.curve}")
     retriever.weight = choice.weight
-    return [retriever.rank(q.question, K) for q in queries], choice
+    fused = [retriever.rank(q.question, K) for q in queries]
+    if not alone:
+        return fused, choice, None
+    base_read = not read_adapter_meta(adapter).adapt_toc
+    mine = rank_questions("stair", tuned, encoder, toc, [q.question for q in queries], settings.toc, "stair", False,
+                          base_prefix=base_read)  # fmt: skip
+    return fused, choice, mine
 
 
 def fused_tests(methods: dict, metric: str = "R@1") -> list[dict]:
@@ -748,60 +809,92 @@ def small_books_overall(suffix: str = "") -> dict | None:
 
 
 def prepare_gpu(args: argparse.Namespace) -> None:
+    """Everything a lent GPU needs, in `args.folder`: the plan and its jobs, the model in parts, the wheels."""
     from strata.config import Settings
     from strata.llm.packaged import resolve_model
+
+    folder = Path(args.folder)
+    (folder / "jobs").mkdir(parents=True, exist_ok=True)
+    for old in (folder / "jobs").glob("*.json"):
+        old.unlink()
+    settings = Settings.load(overrides=QUESTIONS)
+    books = {name: load_book(name) for name in BOOKS}
+    planned = small_gpu_jobs(books, settings, args) if args.scope == "small" else [full_gpu_job(books, args)]
+    jobs = []
+    for name, job, entry in planned:
+        (folder / "jobs" / f"{name}.json").write_text(job.model_dump_json())
+        jobs.append({"name": name, **entry})
+        log(f"job {name}: {', '.join(job.modes)}; {len(job.books[0].queries)} test questions")
+    (folder / "plan.json").write_text(json.dumps({"scope": args.scope, "jobs": jobs}, indent=2))
+    model = args.model or Settings.load(overrides=small_gpu_overrides(args)).toc.train_model
+    split_model(resolve_model(model, settings.llm.model_dir).path, folder)
+    download_wheels(folder / "wheels")
+    sizes = {p.name: p.stat().st_size for p in sorted(folder.rglob("*")) if p.is_file()}
+    log(f"prepared {folder}: " + ", ".join(f"{n} {s / 2**20:.1f} MiB" for n, s in sizes.items()))
+
+
+# The CPU's small-book recipe (CPU_SMALL_SETTINGS on 24 questions asked per leaf over 8 passages, whose questions are
+# committed), so the GPU's adapters differ from the CPU's only in device, dev questions and no wall-clock cut.
+GPU_SMALL_RECIPE = {"toc.questions_per_leaf": 24, "toc.passages_per_leaf": 8}
+GPU_SMALL_JOB = {"dev_limit": 300, "inference_batch": 32}
+# prepare-gpu --smoke: the same plan cut to seconds, for a dry run of the whole path on this CPU
+SMOKE_OVERRIDES = {"toc.max_steps": 2, "toc.eval_every_steps": 2}
+SMOKE_JOB = {"dev_limit": 3, "test_limit": 3}
+
+
+def small_gpu_overrides(args: argparse.Namespace) -> dict:
+    return CPU_SMALL_SETTINGS | GPU_SMALL_RECIPE | ({"toc.train_model": args.model} if args.model else {})
+
+
+def small_gpu_jobs(books: dict, settings, args: argparse.Namespace) -> list:
+    """(name, job, plan entry) per run: each small book's STAIR and DSI adapters on the CPU's recipe (with the base
+    model zero-shot on the same prompt; the STAIR adapter comes back for the fused retriever here), then, if time
+    is left, STAIR trained on the ToC tokens too (toc.adapt_toc, the paper's setting, too slow on this CPU)."""
+    overrides = small_gpu_overrides(args) | (SMOKE_OVERRIDES if args.smoke else {})
+    job_fields = GPU_SMALL_JOB | (SMOKE_JOB if args.smoke else {})
+    variants = (
+        ("", overrides, ("stair", "dsi"), {"zero_shot": True}, True),
+        ("-adapttoc", overrides | {"toc.adapt_toc": True}, ("stair",), {"zero_shot": False}, False),
+    )
+    planned = []
+    for suffix, chosen, modes, fields, adapter in variants:
+        for book in SMALL_BOOKS:
+            setup = small_book_setup(books, book, settings, chosen, modes, **(job_fields | fields))
+            key = f"{small_key(book, chosen)}{suffix}-gpu{'-smoke' if args.smoke else ''}"
+            entry = {"book": book, "key": key, "overrides": chosen, "modes": list(modes),
+                     "job_fields": job_fields | fields, "adapter": adapter}  # fmt: skip
+            planned.append((key, setup.job, entry))
+    return planned
+
+
+def full_gpu_job(books: dict, args: argparse.Namespace) -> tuple:
+    """Both whole books in one job: questions generated there (unless cached ones are shipped), STAIR and DSI."""
+    from strata.config import Settings
     from strata.experiments.stair import BookJob, JobQuery, StairJob
     from strata.toc.synthetic import QuestionCache, cached_questions
     from strata.toc.tree import document_toc
 
-    folder = Path(args.folder)
-    folder.mkdir(parents=True, exist_ok=True)
     settings = Settings.load(overrides=GPU_SETTINGS | QUESTIONS)
-    resolved = resolve_model(args.model or settings.toc.train_model, settings.llm.model_dir)
-    books = []
-    for name in BOOKS:
-        paper, queries = load_book(name)
+    jobs = []
+    for name, (paper, queries) in books.items():
         toc = document_toc(paper)
         cache = QuestionCache(settings.toc.question_cache, toc.paper_id, args.question_model)
         questions = cached_questions(toc, toc.leaves(), settings.toc, cache) if args.question_model else {}
         log(f"{name}: {len(toc.leaves())} leaves, {len(questions)} with cached questions, {len(queries)} questions")
-        books.append(
-            BookJob(
-                toc=toc,
-                questions=questions,
-                queries=[JobQuery(query_id=q.query_id, question=q.question) for q in queries],
-            )
-        )
-    job = StairJob(books=books, settings=settings.toc, seed=SEED, dev_limit=150, inference_batch=32)
-    (folder / "job.json").write_text(job.model_dump_json())
-    split_model(resolved.path, folder)
-    wheels = folder / "wheels"
+        jobs.append(BookJob(toc=toc, questions=questions,
+                            queries=[JobQuery(query_id=q.query_id, question=q.question) for q in queries]))  # fmt: skip
+    job = StairJob(books=jobs, settings=settings.toc, seed=SEED, dev_limit=150, inference_batch=32)
+    return "full-books-gpu", job, {"adapter": False}
+
+
+def download_wheels(wheels: Path) -> None:
     wheels.mkdir(exist_ok=True)
     subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "download",
-            "--quiet",
-            "--no-deps",
-            "--only-binary=:all:",
-            "--python-version",
-            "3.12",
-            "--implementation",
-            "cp",
-            "--platform",
-            "manylinux_2_17_x86_64",
-            "--platform",
-            "manylinux2014_x86_64",
-            "-d",
-            str(wheels),
-            *GPU_WHEELS,
-        ],
+        [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:", "--python-version",
+         "3.12", "--implementation", "cp", "--platform", "manylinux_2_17_x86_64", "--platform", "manylinux2014_x86_64",
+         "-d", str(wheels), *GPU_WHEELS],
         check=True,
-    )
-    sizes = {p.name: p.stat().st_size for p in sorted(folder.rglob("*")) if p.is_file()}
-    log(f"prepared {folder}: " + ", ".join(f"{n} {s / 2**20:.1f} MiB" for n, s in sizes.items()))
+    )  # fmt: skip
 
 
 def split_model(path: Path, folder: Path) -> None:
@@ -817,28 +910,130 @@ def split_model(path: Path, folder: Path) -> None:
 
 
 def run_gpu(args: argparse.Namespace) -> None:
-    from strata.experiments.stair import StairJob, StairRuns, run_job
+    """Every job of the plan in order on one loaded model, none but the first started after `--deadline-s`; the
+    runs so far are in OUT/runs.json after every stage, and each returned STAIR adapter in OUT as parts as soon as it
+    is trained."""
+    from strata.experiments.stair import StairJob, StairRuns, load_base, run_job
     from strata.toc.adapter import resolve_device
 
-    job = StairJob.model_validate_json(Path(args.job).read_text())
+    started = time.perf_counter()
+    plan = json.loads(Path(args.plan).read_text())
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     device = resolve_device("auto")
-    started = time.perf_counter()
+    base = load_base(args.model, Path("/tmp"), device)
+    log(f"loaded {base.identity} on {device} in {base.seconds:.0f}s")
+    done: dict[str, StairRuns] = {}
+    packed: set[str] = set()
 
-    def checkpoint(runs: StairRuns) -> None:  # partial results survive a run cut off at the call's time limit
-        (out / "runs.json").write_text(runs.model_dump_json())
-        log(f"{time.perf_counter() - started:.0f}s: wrote {out / 'runs.json'} ({len(runs.runs)} methods)")
+    def checkpoint(entry: dict, runs: StairRuns) -> None:  # partial results survive a run cut off at the time limit
+        name = entry["name"]
+        done[name] = runs
+        (out / "runs.json").write_text(json.dumps({key: value.model_dump(mode="json") for key, value in done.items()}))
+        log(f"{time.perf_counter() - started:.0f}s: wrote {out / 'runs.json'} ({name}: {len(runs.runs)} methods)")
+        folder = Path(args.adapters) / name / "stair"
+        ranked = any(run.method == "stair" for run in runs.runs)
+        if entry.get("adapter") and ranked and name not in packed and (folder / "adapter_config.json").is_file():
+            parts = pack_adapter(folder, out, f"{name}.stair")  # at once: a later stage may be cut off
+            packed.add(name)
+            log(f"{name}: STAIR adapter in {len(parts)} parts ({sum(p.stat().st_size for p in parts) / 2**20:.1f} MiB)")
 
-    runs = run_job(job, args.model, Path("/tmp"), device, Path("/tmp/stair_adapters"), log, args.budget_s, checkpoint)
-    if runs.errors:
-        log("failed stages: " + "; ".join(runs.errors))
+    for index, entry in enumerate(plan["jobs"]):
+        name = entry["name"]
+        if index > 0 and time.perf_counter() - started > args.deadline_s:
+            log(f"{name}: not started, past the {args.deadline_s:.0f}s deadline")
+            continue
+        job = StairJob.model_validate_json((Path(args.plan).parent / "jobs" / f"{name}.json").read_text())
+        runs = run_job(job, args.model, Path("/tmp"), device, Path(args.adapters) / name, log, args.budget_s,
+                       partial(checkpoint, entry), base=base)  # fmt: skip
+        if runs.errors:
+            log(f"{name}: failed stages: " + "; ".join(runs.errors))
+
+
+def pack_adapter(folder: Path, out: Path, stem: str) -> list[Path]:
+    """The adapter folder as a tar in parts under the device's 16 MiB per returned file, its LoRA weights in
+    bfloat16 (half the bytes; the adapter trained under bfloat16 autocast, and loads onto a float32 base)."""
+    import io
+    import tarfile
+
+    from safetensors.torch import load_file, save_file
+
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        for path in sorted(folder.iterdir()):
+            if path.suffix == ".safetensors":
+                import torch
+
+                halved = {k: v.to(torch.bfloat16).contiguous() for k, v in load_file(str(path)).items()}
+                smaller = out / f".{stem}.{path.name}"
+                save_file(halved, str(smaller), metadata={"format": "pt"})
+                tar.add(smaller, arcname=path.name)
+                smaller.unlink()
+            else:
+                tar.add(path, arcname=path.name)
+    data = buffer.getvalue()
+    parts = []
+    for index in range(0, len(data), RETURN_BYTES):
+        part = out / f"{stem}.tar.part-{index // RETURN_BYTES:02d}"
+        part.write_bytes(data[index : index + RETURN_BYTES])
+        parts.append(part)
+    return parts
+
+
+def unpack_adapter(runs_dir: Path, stem: str, folder: Path) -> bool:
+    """The adapter `pack_adapter` sent back, extracted into `folder` (replaced); False when no part came back."""
+    import io
+    import shutil
+    import tarfile
+
+    parts = sorted(runs_dir.glob(f"{stem}.tar.part-*"))
+    if not parts:
+        return False
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    with tarfile.open(fileobj=io.BytesIO(b"".join(p.read_bytes() for p in parts)), mode="r") as tar:
+        tar.extractall(folder, filter="data")
+    return True
 
 
 def collect(args: argparse.Namespace) -> None:
+    """Score what the GPU sent back: the small books' runs (with the fused retriever ranked here from the adapter
+    it sent), or the whole books'."""
     from strata.experiments.stair import StairRuns
 
-    runs = StairRuns.model_validate_json((Path(args.runs) / "runs.json").read_text())
+    plan = json.loads(Path(args.plan).read_text())
+    found = json.loads((Path(args.runs) / "runs.json").read_text())
+    runs = {name: StairRuns.model_validate(value) for name, value in found.items()}
+    if plan["scope"] == "small":
+        collect_small(plan, Path(args.plan).parent, runs, Path(args.runs))
+    else:
+        collect_full(runs["full-books-gpu"])
+
+
+def collect_small(plan: dict, plan_dir: Path, runs: dict, runs_dir: Path) -> None:
+    from strata.config import Settings
+
+    settings = Settings.load(overrides=QUESTIONS)
+    books = {name: load_book(name) for name in BOOKS}
+    written = None
+    for entry in plan["jobs"]:
+        name = entry["name"]
+        if name not in runs:
+            log(f"{name}: no runs came back (not started before the deadline)")
+            continue
+        setup = small_book_setup(books, entry["book"], settings, entry["overrides"], tuple(entry["modes"]),
+                                 **entry["job_fields"])  # fmt: skip
+        if setup.job.model_dump_json() != (plan_dir / "jobs" / f"{name}.json").read_text():
+            raise SystemExit(f"{name}: the job rebuilt here is not the one the GPU ran (questions or settings changed "
+                             "since prepare-gpu); prepare and run it again")
+        adapter = ADAPTERS / entry["key"] / "stair"
+        unpacked = entry.get("adapter") and unpack_adapter(runs_dir, f"{name}.stair", adapter)
+        part = small_book_part(setup, entry["key"], settings, runs[name], adapter if unpacked else None, None)
+        written = write_results("stair-cpu.json", {f"small_{entry['key']}": part})
+    print_tables("stair-cpu.json", pool_small_books(written))
+
+
+def collect_full(runs) -> None:
     queries = [query for name in BOOKS for query in load_book(name)[1]]
     methods = {}
     for run in runs.runs:
@@ -896,17 +1091,26 @@ def main() -> None:
     cpu.add_argument("--passages-per-leaf", type=int, help="toc.passages_per_leaf (with --questions-per-leaf)")
     prepare = commands.add_parser("prepare-gpu")
     prepare.add_argument("--folder", default=str(GPU_FOLDER))
+    prepare.add_argument("--scope", choices=("small", "full"), default="small",
+                         help="small: each small book on the CPU's 24-over-8 recipe (cached questions); full: both "
+                         "whole books, questions generated there")  # fmt: skip
     prepare.add_argument("--model", default=None, help="model to fine-tune there (default: toc.train_model)")
+    prepare.add_argument("--smoke", action="store_true", help="small: 2 steps, 3 dev and 3 test questions a job "
+                         "(a dry run of the path; results under their own '-smoke' keys)")
     prepare.add_argument(
-        "--question-model", default="", help="identity of a model whose cached questions to ship (default: none)"
+        "--question-model", default="", help="full: identity of a model whose cached questions to ship (default: none)"
     )
     gpu = commands.add_parser("gpu")
-    gpu.add_argument("--job", required=True)
+    gpu.add_argument("--plan", required=True, help="the plan.json prepare-gpu wrote (its jobs/ beside it)")
     gpu.add_argument("--model", required=True, help="path of the GGUF model")
     gpu.add_argument("--out", required=True)
+    gpu.add_argument("--adapters", default="/tmp/stair_adapters", help="where each job's adapters are saved")
     gpu.add_argument("--budget-s", type=float, default=90.0, help="training seconds per adapter")
+    gpu.add_argument("--deadline-s", type=float, default=400.0,
+                     help="no job but the first starts after this many seconds")
     collected = commands.add_parser("collect")
-    collected.add_argument("--runs", required=True)
+    collected.add_argument("--plan", default=str(GPU_FOLDER / "plan.json"))
+    collected.add_argument("--runs", required=True, help="the folder the GPU's runs.json (and adapter parts) are in")
     args = parser.parse_args()
     {"cpu": run_cpu, "prepare-gpu": prepare_gpu, "gpu": run_gpu, "collect": collect}[args.command](args)
 

@@ -140,3 +140,54 @@ def test_strata_eval_toc_ranks_with_a_saved_adapter_of_the_right_mode(tiny, tmp_
     capsys.readouterr()
     assert cli.main([*argv, "--method", "dsi"]) == 2
     assert "a stair adapter, not a dsi one" in capsys.readouterr().err
+
+
+def stair_benchmark():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "stair.py"
+    spec = importlib.util.spec_from_file_location("stair_benchmark", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_gpu_script_runs_its_plan_and_sends_back_an_adapter_the_cpu_loads(tiny, tmp_path, monkeypatch):
+    """The dry run of benchmarks/stair.py gpu on this CPU: jobs in plan order until the deadline, runs.json after
+    every stage, the STAIR adapter sent back in parts under the device's file limit and loaded here unchanged."""
+    import argparse
+
+    from strata.toc.adapter import load_adapter
+
+    toc, model = tiny
+    bench = stair_benchmark()
+    monkeypatch.setattr(bench, "RETURN_BYTES", 20_000)  # the tiny adapter in several parts, as the 0.5B's are
+    plan_dir = tmp_path / "gpu"
+    (plan_dir / "jobs").mkdir(parents=True)
+    only_stair = job(toc).model_copy(update={"modes": ["stair"], "zero_shot": False})
+    for name in ("first", "late"):
+        (plan_dir / "jobs" / f"{name}.json").write_text(only_stair.model_dump_json())
+    plan = {"scope": "small", "jobs": [{"name": "first", "adapter": True}, {"name": "late", "adapter": True}]}
+    (plan_dir / "plan.json").write_text(json.dumps(plan))
+    out = tmp_path / "out"
+    args = argparse.Namespace(plan=str(plan_dir / "plan.json"), model="tiny", out=str(out),
+                              adapters=str(tmp_path / "adapters"), budget_s=None, deadline_s=0.0)  # fmt: skip
+    bench.run_gpu(args)
+
+    sent = json.loads((out / "runs.json").read_text())
+    assert list(sent) == ["first"]  # the deadline passed before the second job could start
+    assert [run["method"] for run in sent["first"]["runs"]] == ["stair"]
+    parts = sorted(out.glob("first.stair.tar.part-*"))
+    assert len(parts) > 1 and all(part.stat().st_size <= 20_000 for part in parts)
+    assert bench.unpack_adapter(out, "first.stair", tmp_path / "back")
+    assert not bench.unpack_adapter(out, "late.stair", tmp_path / "none")
+    probe = torch.tensor([[1, 2, 3, 4]])
+    with torch.no_grad():
+        trained = load_adapter(model, tmp_path / "adapters" / "first" / "stair", "tiny")
+        expected = trained(input_ids=probe).logits
+        brought = load_adapter(trained.unload(), tmp_path / "back", "tiny")
+        # bfloat16 on the way back: the same adapter to bfloat16's precision
+        assert torch.allclose(brought(input_ids=probe).logits, expected, atol=1e-2)
+        brought.unload()

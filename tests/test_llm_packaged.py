@@ -110,3 +110,17 @@ def test_auto_lets_the_installed_1_5b_decide_over_the_packaged_0_5b_and_falls_ba
     _warn_once.cache_clear()  # the notice is printed once per process
     assert deciding_model(small, "auto") == small
     assert "qwen2.5-coder-1.5b is not installed" in capsys.readouterr().err
+
+
+def test_a_copy_of_a_packaged_model_has_its_identity_and_another_file_of_the_same_size_does_not(
+    split_model, tmp_path, monkeypatch
+):
+    # A GPU machine gets the model as a copied file: adapters trained there must load onto the packaged model here.
+    monkeypatch.setitem(PACKAGED_MODELS, "fake", split_model)
+    copy = tmp_path / "elsewhere" / "model.gguf"
+    copy.parent.mkdir()
+    copy.write_bytes(b"".join(PAYLOAD))
+    assert resolve_model(str(copy), tmp_path).identity == f"fake@{split_model.sha256[:16]}"
+    other = tmp_path / "other.gguf"
+    other.write_bytes(b"GGUF" + b"z" * (split_model.size - 4))
+    assert resolve_model(str(other), tmp_path).identity.startswith(str(other.resolve()))

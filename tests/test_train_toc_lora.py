@@ -159,6 +159,26 @@ def test_one_prompt_at_a_time_reuses_the_shared_prefix_cache_with_identical_resu
     assert generate_texts(model, Encoder(), prompts, 1, 5) == generate_texts(model, Encoder(), prompts, 3, 5)
 
 
+def test_a_batch_after_a_given_prefix_cache_answers_as_one_prompt_at_a_time():
+    # The GPU path: many questions of different lengths per generate() call on one cached ToC reading, padded
+    # between the ToC and each question; ranks, scores and free text must be those of one question at a time.
+    from strata.toc.decode import PrefixCache
+
+    model = tiny_model()
+    trie = LabelTrie(LABELS, END)
+    toc_prefix = [1, *range(20, 60)]
+    prompts = [toc_prefix + [30, 31], toc_prefix + [32], toc_prefix + [33, 34, 35], toc_prefix + [36]]
+    prefix = PrefixCache(model, toc_prefix, base=False)
+    for k, beams in ((1, 1), (3, 3)):
+        alone = rank_prompts(model, Encoder(), prompts, trie, k, beams, 1, prefix)
+        batched = rank_prompts(model, Encoder(), prompts, trie, k, beams, 3, prefix)
+        assert [[key for key, _ in r] for r in alone] == [[key for key, _ in r] for r in batched]
+        for one, many in zip(alone, batched):
+            assert [score for _, score in one] == pytest.approx([score for _, score in many], abs=1e-4)
+    assert generate_texts(model, Encoder(), prompts, 1, 5, prefix) == generate_texts(model, Encoder(), prompts, 3, 5,
+                                                                                     prefix)
+
+
 def base_read_loss(model, batch, adapter: bool = True) -> float:
     """The loss when the base model reads the ToC prefix and the adapter the rest, computed whole per example."""
     from contextlib import nullcontext

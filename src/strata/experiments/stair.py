@@ -15,7 +15,7 @@ import traceback
 from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any, NamedTuple, get_args
 
 from pydantic import BaseModel, Field, ValidationError
 
@@ -94,6 +94,20 @@ class StairRuns(BaseModel):
     errors: list[str] = Field(default_factory=list, description="Stages that failed; the others still ran")
 
 
+class LoadedBase(NamedTuple):
+    model: Any
+    tokenizer: Any
+    identity: str
+    seconds: float
+
+
+def load_base(model_spec: str, model_dir: Path, device: str, threads: int | None = None) -> LoadedBase:
+    """The base model of the adapters in transformers, timed."""
+    started = time.perf_counter()
+    model, tokenizer, identity = load_base_model(model_spec, model_dir, device, threads)
+    return LoadedBase(model, tokenizer, identity, time.perf_counter() - started)
+
+
 def run_job(
     job: StairJob,
     model_spec: str,
@@ -104,16 +118,19 @@ def run_job(
     train_budget_s: float | None = None,
     checkpoint: Callable[[StairRuns], None] | None = None,
     reuse: bool = False,
+    base: LoadedBase | None = None,
 ) -> StairRuns:
     """Generate missing questions, rank with the zero-shot model, then train each mode's adapter (at most
     `train_budget_s` seconds each) and rank with it. `checkpoint` gets the runs after every stage, and a stage that
     fails is recorded in `errors` while the next ones run (a remote run is not lost to one failure). With `reuse`, an
     adapter in `adapter_dir` trained on the same settings, seed, base weights and questions is ranked with, not
-    trained again (a run cut short after one mode's training resumes at the next)."""
-    started = time.perf_counter()
-    model, tokenizer, identity = load_base_model(model_spec, model_dir, device, job.settings.threads)
-    runs = StairRuns(device=device, model=identity, model_load_seconds=time.perf_counter() - started)
-    log(f"loaded {identity} on {device} in {runs.model_load_seconds:.0f}s")
+    trained again (a run cut short after one mode's training resumes at the next). `base`: the model `load_base`
+    already loaded, so several jobs share one load (its seconds are reported by each)."""
+    if base is None:
+        base = load_base(model_spec, model_dir, device, job.settings.threads)
+        log(f"loaded {base.identity} on {device} in {base.seconds:.0f}s")
+    model, tokenizer, identity = base.model, base.tokenizer, base.identity
+    runs = StairRuns(device=device, model=identity, model_load_seconds=base.seconds)
     encoder = PromptEncoder(tokenizer, job.settings)
 
     def stage(name: str, work: Callable[[], None]) -> None:

@@ -129,7 +129,17 @@ def resolve_model(spec: str, model_dir: Path) -> ResolvedModel:
         raise ModelIntegrityError(f"model file {path} does not exist (expected 'packaged:NAME' or a .gguf path)")
     check_gguf_magic(path)
     stat = path.stat()
+    copy = _packaged_copy(path, stat.st_size)
+    if copy is not None:  # e.g. the model carried to another machine: adapters trained on it load here too
+        return ResolvedModel(path=path, identity=f"{copy.name}@{copy.sha256[:16]}")
     return ResolvedModel(path=path, identity=f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}")
+
+
+def _packaged_copy(path: Path, size: int) -> PackagedModel | None:
+    """The packaged model `path` is a byte-identical copy of (hashed only when its size is one of theirs)."""
+    same_size = [model for model in PACKAGED_MODELS.values() if model.size == size]
+    digest = _sha256(path) if same_size else ""
+    return next((model for model in same_size if model.sha256 == digest), None)
 
 
 def prepare_packaged(model: PackagedModel, model_dir: Path) -> ResolvedModel:

@@ -80,8 +80,8 @@ def rank_prompts(
 ) -> list[list[tuple[str, float]]]:
     """Top-k leaf numbers with constrained log-probabilities for each prompt (beam search through the trie).
 
-    `prefix`: the cached beginning every prompt continues, read one prompt at a time; for an adapter trained on a
-    ToC the base model reads (`toc.adapt_toc` off) it must be that reading (`PrefixCache(..., base=True)`).
+    `prefix`: the cached beginning every prompt continues, `batch_size` prompts at a time; for an adapter trained
+    on a ToC the base model reads (`toc.adapt_toc` off) it must be that reading (`PrefixCache(..., base=True)`).
     Without it, one prompt at a time shares whatever beginning the prompts have in common."""
     from transformers import GenerationConfig
 
@@ -155,33 +155,50 @@ def _generate(
 ) -> Iterator[tuple[Sequence[list[int]], Any, int]]:
     """(batch, generate() output, prompt length) per batch of left-padded prompts, trie-constrained when given.
 
-    One prompt at a time (the CPU path, and always with a given `prefix`), the prompts' shared beginning
-    (instructions and ToC) is run once and its KV cache copied for each prompt, as the llama.cpp path keeps the ToC
-    in its cache: only each question's tokens are read again. generate() does not spread a given cache over its
-    beams, so the copy is repeated per beam.
+    With a `prefix` (given, or the prompts' shared beginning when they go one at a time: the CPU path), the
+    instructions and ToC are run once and their KV cache copied for each prompt, as the llama.cpp path keeps the ToC
+    in its cache: only each question's tokens are read again. A batch then pads between the prefix and each
+    question (masked), so the GPU answers many questions per call on one ToC reading. generate() does not spread a
+    given cache over its beams, so the copy is repeated per beam.
     """
     import torch
     from transformers import LogitsProcessorList
 
     device = model.device.type
+    pad = encoder.tokenizer.pad_token_id
     if prefix is not None:
         for prompt in prompts:
             prefix.check(prompt)
     else:
         prefix = _shared_prefix_cache(model, prompts, batch_size)
-    if prefix is not None:
-        batch_size = 1
     for start in range(0, len(prompts), batch_size):
         batch = prompts[start : start + batch_size]
-        ids, mask, _ = _left_padded(batch, encoder.tokenizer.pad_token_id, device)
+        if prefix is None:
+            ids, mask, _ = _left_padded(batch, pad, device)
+        else:
+            ids, mask = _padded_after_prefix(batch, prefix.ids, pad, device)
         extra: dict[str, Any] = {}
         if trie is not None:
             extra["logits_processor"] = LogitsProcessorList([_trie_processor(trie, ids.shape[1])])
         if prefix is not None:
-            extra["past_key_values"] = prefix.copy(config.num_beams or 1)
+            extra["past_key_values"] = prefix.copy(len(batch) * (config.num_beams or 1))
         with torch.no_grad(), autocast(device):
             output = model.generate(input_ids=ids, attention_mask=mask, generation_config=config, **extra)
         yield batch, output, ids.shape[1]
+
+
+def _padded_after_prefix(
+    sequences: Sequence[Sequence[int]], prefix: Sequence[int], pad: int, device: str
+) -> tuple[Any, Any]:
+    """(input ids, attention mask): the shared prefix, then each sequence's rest left-padded (masked), so every
+    sequence ends at the last column and the prefix's cached keys stay where they were computed."""
+    import torch
+
+    rests, rest_mask, _ = _left_padded([sequence[len(prefix) :] for sequence in sequences], pad, "cpu")
+    head = torch.tensor([list(prefix)] * len(sequences), dtype=torch.long)
+    ids = torch.cat([head, rests], dim=1)
+    mask = torch.cat([torch.ones_like(head), rest_mask], dim=1)
+    return ids.to(device), mask.to(device)
 
 
 class PrefixCache:

@@ -106,8 +106,8 @@ def train_adapter(
     """Wrap `model` with a fresh LoRA adapter and train it; early stopping keeps the weights of the best dev R@1.
 
     Training also ends, after one last dev check, once `budget_s` seconds have passed. Dev questions are ranked
-    `dev_batch` at a time: 1 on a CPU, where one prompt at a time reuses the ToC's KV cache (a batch reads every
-    prompt's whole ToC again), more on a GPU. Returns the peft model, which
+    `dev_batch` at a time: 1 on a CPU, more on a GPU (with `toc.adapt_toc` off a batch shares one cached ToC
+    reading; with it on, a batch reads every prompt's whole ToC again). Returns the peft model, which
     shares the base model's modules: `.unload()` it before training another adapter (done here if training fails).
     """
     import torch
