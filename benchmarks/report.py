@@ -348,6 +348,7 @@ def _delta(results: dict[str, ResultFile], claim: Claim, system: Experiment, bas
         for t in part.get("comparisons", [])
         if t["metric"] == claim.metric
         and t["baseline"] == baseline.method
+        and t.get("baseline_part", baseline.group) == baseline.group  # a test against another part names it
         and _tests_system(t, system)  # ToC parts test two systems against one baseline
     ]
     paired = system.details.get("paired_test", {})

@@ -14,9 +14,11 @@ on a small book per book: the three chapters after its introductory one, on a fi
 for psychology's on 2 cores with the 0.5B, 30 with SmolLM2-135M via `--train-model`). `small` then pools the small
 books (`overall`: pool again without training) into one table with the paired tests over all their questions. Each
 part is merged into the results file as it finishes, so parts and books can run as separate processes (e.g. one
-`--small-books` per core). `prepare-gpu` writes everything a lent GPU needs into an ignored folder (job, model
-split into parts under the 64 MiB transfer limit, wheels); `benchmarks/stair_gpu.sh` runs `gpu` there on whole
-books; `collect` scores the runs it sends back. Gold is a section (module); a predicted leaf matches when the gold
+`--small-books` per core). `prepare-gpu` writes everything a lent GPU needs into an ignored folder (a plan of
+jobs: by default each small book on the CPU's 24-over-8 recipe, or `--scope full` both whole books; the model split
+into parts under the 64 MiB transfer limit; wheels); `benchmarks/stair_gpu.sh` runs `gpu` there, which sends back
+runs.json and the STAIR adapters; `collect` scores the runs and ranks with the adapters on this CPU (fused and
+alone). Gold is a section (module); a predicted leaf matches when the gold
 path is a prefix of its path (strata.eval.toc). Results:
 benchmarks/results/stair-cpu.json, stair-gpu.json (strata.eval.results), per-query files in benchmarks/results/stair/
 (result files `strata.eval.compare` reads), and the tables as benchmarks/RESULTS.md shows them.
@@ -202,7 +204,8 @@ def paired_files(baseline: dict, system: dict, metric: str) -> dict:
 
 def compare_recipes():
     """Every small book trained on another recipe, its paired tests against the book's default part (measured then
-    or since) added again; the results file as written, or None when it has no such part."""
+    or since; a GPU-trained part also against its recipe's CPU part) added again; the results file as written, or
+    None when it has no such part."""
     from strata.eval.results import load_result
 
     path = RESULTS / "stair-cpu.json"
@@ -213,7 +216,10 @@ def compare_recipes():
     for key, part in others.items():
         methods = methods_of(written, key)
         kept = [test for test in part.get("comparisons", []) if "baseline_part" not in test]
-        tests = recipe_tests(f"small_{part['book']}", methods_of(written, f"small_{part['book']}"), methods)
+        # The book's default part, and for a part trained on a GPU its recipe's CPU part too (the same questions)
+        twins = dict.fromkeys([f"small_{part['book']}", key.removesuffix("-gpu").replace("-adapttoc", "")])
+        tests = [test for twin in twins if twin in described and twin != key
+                 for test in recipe_tests(twin, methods_of(written, twin), methods)]  # fmt: skip
         written = write_results("stair-cpu.json", {key: {**part, "methods": methods, "comparisons": kept + tests}})
     return written if others else None
 
@@ -246,6 +252,7 @@ def part_experiments(key: str, part: dict) -> list:
             queries=cell["queries"], metrics=cell["metrics"],
             cost={"latency_ms_mean": cell["latency_ms_mean"], "latency_ms_p50": cell["latency_ms_p50"]},
             per_query=cell["per_query_file"],
+            command=cell.get("command"),  # a cell read back keeps the command that measured it (None: this run)
         )
         for method, scopes in part["methods"].items()
         for scope, cell in scopes.items()
@@ -257,7 +264,8 @@ def methods_of(result, group: str) -> dict:
     methods: dict = {}
     for e in result.experiments:
         if e.group == group:
-            cell = {"queries": e.queries, "metrics": e.metrics, **e.cost, "per_query_file": e.per_query}
+            cell = {"queries": e.queries, "metrics": e.metrics, **e.cost, "per_query_file": e.per_query,
+                    "command": e.command}  # fmt: skip
             methods.setdefault(e.method, {})[e.subset] = cell
     return methods
 
@@ -781,10 +789,14 @@ def small_books_overall(suffix: str = "") -> dict | None:
     cells = {name: methods_of(written, f"small_{name}{suffix}") for name in parts}
     shared = [m for m in next(iter(cells.values())) if all(m in part for part in cells.values())]
     methods = {}
+    earlier = methods_of(written, f"small_books_overall{suffix}")
     for method in shared:
         files = [REPO / part[method]["all"]["per_query_file"] for part in cells.values()]
         per_query = [row for file in files for row in method_result(load_result(file).experiments[0]).per_query]
-        pooled = cell(*record(summarise(method, "all", per_query), f"small-books{suffix}"))
+        summary = summarise(method, "all", per_query)
+        before = earlier.get(method, {}).get("all")
+        same = before and (before["queries"], before["metrics"]) == (summary.queries, summary.metrics)
+        pooled = before if same else cell(*record(summary, f"small-books{suffix}"))
         methods[method] = {"all": pooled, **{name: cells[name][method][name] for name in parts}}
     pooled_from = [f"small_{name}{suffix}" for name in parts]
     zero_shot = methods_of(written, "zero_shot_llm_small_book")
@@ -795,6 +807,9 @@ def small_books_overall(suffix: str = "") -> dict | None:
     ):
         methods.update(zero_shot)
         pooled_from.append("zero_shot_llm_small_book")
+    # A cell pooled as before keeps the command that measured it, not this run's (which measured nothing new).
+    methods = {method: {scope: unchanged(earlier.get(method, {}).get(scope), now) for scope, now in scopes.items()}
+               for method, scopes in methods.items()}  # fmt: skip
     return {
         "kind": "small-books",
         "device": "cpu",
@@ -803,6 +818,12 @@ def small_books_overall(suffix: str = "") -> dict | None:
         "methods": methods,
         "comparisons": paired_tests(methods, "stair") + fused_tests(methods),
     }
+
+
+def unchanged(before: dict | None, now: dict) -> dict:
+    """`before` when it holds the same numbers as `now` (then its command still names what measured them)."""
+    same = before is not None and (before["queries"], before["metrics"]) == (now["queries"], now["metrics"])
+    return before if same and before is not None else now
 
 
 # --- gpu

@@ -184,3 +184,21 @@ def test_a_summary_row_takes_the_paired_test_of_its_own_system_not_another_again
 
     assert any("STAIR fused" in row and "+0.000 (p 1.0000)" in row for row in rows)
     assert any(row.startswith("| STAIR (LoRA") and "-0.383 (p 0.0002)" in row for row in rows)
+
+
+def test_a_summary_row_takes_no_paired_test_made_against_another_part() -> None:
+    # The GPU-trained part is tested against two CPU parts' STAIR (another recipe, the same recipe): each summary
+    # row must show the p of the part it compares with, not the first test whose method names match.
+    gpu, cpu, default = "small_psychology-2e-q24p8-gpu", "small_psychology-2e-q24p8", "small_psychology-2e"
+    experiments = [cell(gpu, "stair", "all", 0.5), cell(gpu, "dense", "all", 0.867), cell(cpu, "stair", "all", 0.667),
+                   cell(default, "stair", "all", 0.567)]  # fmt: skip
+    comparisons = [
+        {"metric": "R@1", "system": "stair", "baseline": "stair", "baseline_part": default, "p_value": 0.5035},
+        {"metric": "R@1", "system": "stair", "baseline": "stair", "baseline_part": cpu, "p_value": 0.0188},
+    ]
+    parts = {gpu: {"kind": "small-book", "comparisons": comparisons}}
+    result = new_result("benchmarks/stair.py", experiments, datasets=[TOC], details={"parts": parts})
+
+    summary = load_report().render_summary({"stair-cpu.json": result})
+    [row] = [row for row in summary.splitlines() if "trained on this CPU" in row]
+    assert "0.667 (n 60)" in row and "-0.167 (p 0.0188)" in row
