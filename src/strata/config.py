@@ -301,6 +301,10 @@ class TocSettings(_Section):
         default=None, ge=1, description="Dev R@1 check interval in steps for early stopping (unset: once per epoch)"
     )
     patience: int = Field(default=3, ge=1, description="Dev checks without a better R@1 before training stops")
+    dev_batch: int = Field(
+        default=8, ge=1, description="Dev questions answered per forward pass in the checks, after one cached "
+        "reading of the ToC (2 cores, 0.5B, 16 greedy answers: 8 at a time took 0.63 of the time of 1 at a time)",
+    )
     device: Literal["auto", "cpu", "cuda"] = Field(
         default="auto", description="Where fine-tuning and fine-tuned inference run; 'auto' takes CUDA when present"
     )

@@ -100,14 +100,14 @@ def train_adapter(
     seed: int,
     log: Log = print,
     budget_s: float | None = None,
-    dev_batch: int = 1,
+    dev_batch: int | None = None,
     progress: Progress | None = None,
 ) -> tuple[Any, TrainReport]:
     """Wrap `model` with a fresh LoRA adapter and train it; early stopping keeps the weights of the best dev R@1.
 
     Training also ends, after one last dev check, once `budget_s` seconds have passed. Dev questions are ranked
-    `dev_batch` at a time: 1 on a CPU, more on a GPU (with `toc.adapt_toc` off a batch shares one cached ToC
-    reading; with it on, a batch reads every prompt's whole ToC again). Returns the peft model, which
+    `dev_batch` at a time (None: `toc.dev_batch`; with `toc.adapt_toc` off a batch shares one cached ToC reading,
+    with it on a batch reads every prompt's whole ToC again). Returns the peft model, which
     shares the base model's modules: `.unload()` it before training another adapter (done here if training fails).
     """
     import torch
@@ -123,8 +123,9 @@ def train_adapter(
     torch.manual_seed(seed)
     peft_model = get_peft_model(model, config)
     try:
+        batch = dev_batch or settings.dev_batch
         return peft_model, _train(
-            peft_model, encoder, mode, train, dev, tries, settings, seed, log, budget_s, dev_batch, progress
+            peft_model, encoder, mode, train, dev, tries, settings, seed, log, budget_s, batch, progress
         )
     except BaseException:
         peft_model.unload()
