@@ -796,8 +796,8 @@ def small_books_overall(suffix: str = "") -> dict | None:
         per_query = [row for file in files for row in method_result(load_result(file).experiments[0]).per_query]
         summary = summarise(method, "all", per_query)
         before = earlier.get(method, {}).get("all")
-        same = before and (before["queries"], before["metrics"]) == (summary.queries, summary.metrics)
-        pooled = before if same else cell(*record(summary, f"small-books{suffix}"))
+        kept = before is not None and same_numbers(before, {"queries": summary.queries, "metrics": summary.metrics})
+        pooled = before if before is not None and kept else cell(*record(summary, f"small-books{suffix}"))
         methods[method] = {"all": pooled, **{name: cells[name][method][name] for name in parts}}
     pooled_from = [f"small_{name}{suffix}" for name in parts]
     zero_shot = methods_of(written, "zero_shot_llm_small_book")
@@ -823,8 +823,11 @@ def small_books_overall(suffix: str = "") -> dict | None:
 
 def unchanged(before: dict | None, now: dict) -> dict:
     """`before` when it holds the same numbers as `now` (then its command still names what measured them)."""
-    same = before is not None and (before["queries"], before["metrics"]) == (now["queries"], now["metrics"])
-    return before if same and before is not None else now
+    return before if before is not None and same_numbers(before, now) else now
+
+
+def same_numbers(before: dict, now: dict) -> bool:
+    return (before["queries"], before["metrics"]) == (now["queries"], now["metrics"])
 
 
 # --- gpu
@@ -848,7 +851,8 @@ def prepare_gpu(args: argparse.Namespace) -> None:
         jobs.append({"name": name, **entry})
         log(f"job {name}: {', '.join(job.modes)}; {len(job.books[0].queries)} test questions")
     (folder / "plan.json").write_text(json.dumps({"scope": args.scope, "jobs": jobs}, indent=2))
-    model = args.model or Settings.load(overrides=small_gpu_overrides(args)).toc.train_model
+    models = {job.settings.train_model for _, job, _ in planned}  # the plan trains one base model
+    (model,) = models
     split_model(resolve_model(model, settings.llm.model_dir).path, folder)
     download_wheels(folder / "wheels")
     sizes = {p.name: p.stat().st_size for p in sorted(folder.rglob("*")) if p.is_file()}
@@ -978,21 +982,19 @@ def pack_adapter(folder: Path, out: Path, stem: str) -> list[Path]:
     import io
     import tarfile
 
-    from safetensors.torch import load_file, save_file
+    import torch
+    from safetensors.torch import load_file, save
 
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w") as tar:
         for path in sorted(folder.iterdir()):
+            data = path.read_bytes()
             if path.suffix == ".safetensors":
-                import torch
-
                 halved = {k: v.to(torch.bfloat16).contiguous() for k, v in load_file(str(path)).items()}
-                smaller = out / f".{stem}.{path.name}"
-                save_file(halved, str(smaller), metadata={"format": "pt"})
-                tar.add(smaller, arcname=path.name)
-                smaller.unlink()
-            else:
-                tar.add(path, arcname=path.name)
+                data = save(halved, metadata={"format": "pt"})
+            info = tarfile.TarInfo(path.name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
     data = buffer.getvalue()
     parts = []
     for index in range(0, len(data), RETURN_BYTES):

@@ -7,6 +7,7 @@ from pathlib import Path
 import ir_measures
 import pytest
 
+from benchmark_support import load_benchmark
 from strata.eval.plots import cost_points, make_figures, mean_recall_at, recall_curves, toc_scores_by_book
 from strata.eval.results import Experiment, load_results, new_result, write_result
 
@@ -93,12 +94,7 @@ def _retrieval_result(dataset_dir: str, run_file: str):
 
 
 def test_the_report_rewrites_only_the_marked_readme_section(tmp_path: Path) -> None:
-    import importlib.util
-
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "report.py"
-    spec = importlib.util.spec_from_file_location("report", path)
-    report = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(report)
+    report = load_benchmark("report")
     from strata.eval.matrix import MatrixResult, RowOutcome, write_matrix_result
 
     outcome = RowOutcome(id="r1", dataset="d", metric="nDCG@10", command="strata eval x --method bm25", expected=0.5,

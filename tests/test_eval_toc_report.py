@@ -3,20 +3,16 @@ result files: every part, metric, training run and test, with titles written fro
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
+from benchmark_support import load_benchmark
 from strata.eval.results import DatasetRef, Experiment, ResultFile, new_result
 
-REPORT = Path(__file__).resolve().parents[1] / "benchmarks" / "report.py"
 TOC = DatasetRef(name="openstax-toc-qa")
 
 
 def load_report():
-    spec = importlib.util.spec_from_file_location("report", REPORT)
-    report = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(report)
-    return report
+    return load_benchmark("report")
 
 
 def cell(group: str, method: str, scope: str, r1: float, hallucination: float | None = None) -> Experiment:

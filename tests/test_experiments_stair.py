@@ -13,6 +13,7 @@ transformers = pytest.importorskip("transformers")
 tokenizers = pytest.importorskip("tokenizers")
 pytest.importorskip("peft")
 
+from benchmark_support import load_benchmark  # noqa: E402
 from toc_support import BOOK, book, tiny_model, tiny_tokenizer, write_openstax_book  # noqa: E402
 
 from strata import cli  # noqa: E402
@@ -142,18 +143,6 @@ def test_strata_eval_toc_ranks_with_a_saved_adapter_of_the_right_mode(tiny, tmp_
     assert "a stair adapter, not a dsi one" in capsys.readouterr().err
 
 
-def stair_benchmark():
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "stair.py"
-    spec = importlib.util.spec_from_file_location("stair_benchmark", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_the_gpu_script_runs_its_plan_and_sends_back_an_adapter_the_cpu_loads(tiny, tmp_path, monkeypatch):
     """The dry run of benchmarks/stair.py gpu on this CPU: jobs in plan order until the deadline, runs.json after
     every stage, the STAIR adapter sent back in parts under the device's file limit and loaded here unchanged."""
@@ -162,7 +151,7 @@ def test_the_gpu_script_runs_its_plan_and_sends_back_an_adapter_the_cpu_loads(ti
     from strata.toc.adapter import load_adapter
 
     toc, model = tiny
-    bench = stair_benchmark()
+    bench = load_benchmark("stair")
     monkeypatch.setattr(bench, "RETURN_BYTES", 20_000)  # the tiny adapter in several parts, as the 0.5B's are
     plan_dir = tmp_path / "gpu"
     (plan_dir / "jobs").mkdir(parents=True)

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
-from pathlib import Path
 
 import psutil
 
-REPO = Path(__file__).resolve().parents[1]
+from benchmark_support import load_benchmark
+
 SPIN_S = 0.3
 # A stand-in server: a child process that burns SPIN_S of CPU when told to, says so, and stays alive to be measured.
 SERVER = f"""
@@ -20,15 +19,10 @@ subprocess.run([sys.executable, "-c", spin])
 """
 
 
-def load_benchmark():
-    spec = importlib.util.spec_from_file_location("load", REPO / "benchmarks" / "load.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_a_load_run_meters_the_cpu_per_request_of_the_server_tree_and_of_the_clients() -> None:
-    load = load_benchmark()
+    load = load_benchmark("load")
     server = subprocess.Popen([sys.executable, "-c", SERVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         process = psutil.Process(server.pid)
@@ -53,7 +47,7 @@ def test_a_load_run_meters_the_cpu_per_request_of_the_server_tree_and_of_the_cli
 
 
 def test_repeated_runs_report_the_median_throughput_and_latencies_and_every_error() -> None:
-    load = load_benchmark()
+    load = load_benchmark("load")
 
     def run(rps: float, p95: float, errors: dict[str, int]) -> dict:
         return {"throughput_rps": rps, "requests_ok": int(rps * 20), "errors": sum(errors.values()),

@@ -3,12 +3,12 @@ valid ResultFile, and a file edited out of shape stops the report with its name.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
+from benchmark_support import load_benchmark
 from strata.eval.results import Experiment, QueryRow, ResultFileError, load_result, load_results, new_result
 
 REPO = Path(__file__).resolve().parents[1]
@@ -16,10 +16,7 @@ RESULTS = REPO / "benchmarks" / "results"
 
 
 def load_report():
-    spec = importlib.util.spec_from_file_location("report", REPO / "benchmarks" / "report.py")
-    report = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(report)
-    return report
+    return load_benchmark("report")
 
 
 def test_the_readme_summary_and_results_page_are_what_the_result_files_render_to() -> None:
