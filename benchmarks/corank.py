@@ -37,11 +37,12 @@ from strata.eval.results import (
     write_result,
 )
 from strata.eval.retrieval import _strict_scores, evaluate_run
-from strata.llm import Trace, TraceSummary, tracing
+from strata.llm import TraceSummary, tracing
 from strata.stats import paired_p_value
 from strata.rerank.crossencoder import cross_encoder_source, trained_fusion_weight, trained_model_dir
 from strata.rerank.factory import compact_features, make_reranker
 from strata.rerank.fusion import FusedReranker, FusionChoice, TunedFusion, choose_weight, tuned_fusion
+from strata.rerank.model import ranking_calls as only_ranking
 from strata.rerank.permutation import ParseErrors
 from strata.rerank.texts import PaperTexts
 from strata.train.cross_encoder import (
@@ -61,11 +62,10 @@ METHODS = ["corank", "corank-truncated", "random-pool", "listwise", "pointwise",
 # The weight of every LLM reranker's fused row, declared before any run (equal say for the reranker and the first
 # stage): there is no validation split of LLM-judged queries to choose it on, and choosing it on test would not count.
 LLM_FUSION_WEIGHT = 0.5
-RANKING_PROMPTS = {"rerank_listwise", "rerank_pointwise"}
 FEATURE_METHODS = {"corank", "corank-truncated"}  # the truncated-text control is matched to the features' tokens
 
 
-def arguments() -> argparse.Namespace:
+def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--store", type=Path, default=STORE, help="SciFact store home (read only)")
     parser.add_argument("--work", type=Path, default=ROOT / "results" / "tmp" / "corank", help="features, model")
@@ -105,7 +105,7 @@ def arguments() -> argparse.Namespace:
     parser.add_argument("--listwise-answer", choices=("first-token", "generate"), default="first-token",
                         help="rerank.listwise_answer: score each candidate as the first number, or write the ranking")
     parser.add_argument("--llm-threads", type=int, default=1, help="llm.n_threads (1 is faster on a busy machine)")
-    return parser.parse_args()
+    return parser.parse_args(argv)
 
 
 def bench_settings(args: argparse.Namespace) -> Settings:
@@ -401,7 +401,7 @@ def listwise_method(bench: Bench, store, client, method: str, queries, capped: d
         with tracing() as trace:
             rankings[query.id] = reranker.rank(query.text, capped[query.id])
         # feature extraction happened in its own phase; count only the ranking prompts here
-        ranking_calls = _only_ranking(trace)
+        ranking_calls = only_ranking(trace)
         summaries.append(ranking_calls.summary())
         computed += [call.latency_s for call in ranking_calls.calls if not call.cache_hit]
     seconds = time.perf_counter() - started
@@ -456,10 +456,6 @@ def _comparable(caps: dict) -> dict:
     unset equals one a run made before it existed)."""
     return {name: value for name, value in caps.items()
             if name not in ("methods", "no_train", "llm_threads") and value is not None}
-
-
-def _only_ranking(trace: Trace) -> Trace:
-    return Trace(calls=[call for call in trace.calls if call.prompt in RANKING_PROMPTS])
 
 
 def print_table(result: ResultFile) -> None:

@@ -165,6 +165,25 @@ CLAIMS = (
         Measure("corank.json", "llm: hybrid > corank"),
         (("hybrid first stage", Measure("corank.json", "llm: hybrid (first stage)")),),
     ),
+    *(
+        Claim(
+            f"{label} (the 0.5B's weights on an H200 via transformers, pool 100 -> 20)", "SciFact test, 100 queries",
+            "nDCG@10", Measure("corank-gpu.json", f"llm: hybrid > {method}"),
+            (("hybrid first stage", Measure("corank-gpu.json", "llm: hybrid (first stage)")),
+             *((name, Measure("corank-gpu.json", f"llm: hybrid > {baseline}")) for name, baseline in controls)),
+        )
+        for method, label, controls in (
+            ("corank", "CoRank reranker", (("vanilla listwise", "listwise"), ("truncated-text control",
+                                                                              "corank-truncated"))),
+            ("corank+fusion", "CoRank fused with the first stage (weight 0.5 fixed in advance)", ()),
+            ("listwise", "Vanilla listwise reranker, top 20", ()),
+            ("listwise+fusion", "Vanilla listwise fused with the first stage (weight 0.5 fixed in advance)", ()),
+            ("corank-truncated", "CoRank's truncated-text control", ()),
+            ("random-pool", "CoRank's random-pool control", ()),
+            ("sliding-window", "Sliding-window listwise (RankGPT), top 100", ()),
+            ("pointwise+fusion", "Pointwise P(yes) fused with the first stage (weight 0.5 fixed in advance)", ()),
+        )
+    ),
     Claim(
         "STAIR (LoRA, trie-constrained ToC decoding)", "OpenStax ToC-QA, small books", "R@1",
         Measure("stair-cpu.json", "small_books_overall/stair/all"),

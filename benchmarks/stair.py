@@ -853,7 +853,7 @@ def prepare_gpu(args: argparse.Namespace) -> None:
     (folder / "plan.json").write_text(json.dumps({"scope": args.scope, "jobs": jobs}, indent=2))
     models = {job.settings.train_model for _, job, _ in planned}  # the plan trains one base model
     (model,) = models
-    split_model(resolve_model(model, settings.llm.model_dir).path, folder)
+    split_file(resolve_model(model, settings.llm.model_dir).path, folder)
     download_wheels(folder / "wheels")
     sizes = {p.name: p.stat().st_size for p in sorted(folder.rglob("*")) if p.is_file()}
     log(f"prepared {folder}: " + ", ".join(f"{n} {s / 2**20:.1f} MiB" for n, s in sizes.items()))
@@ -913,26 +913,28 @@ def full_gpu_job(books: dict, args: argparse.Namespace) -> tuple:
     return "full-books-gpu", job, {"adapter": False}
 
 
-def download_wheels(wheels: Path) -> None:
+def download_wheels(wheels: Path, packages: tuple[str, ...] = GPU_WHEELS) -> None:
     wheels.mkdir(exist_ok=True)
     subprocess.run(
         [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:", "--python-version",
          "3.12", "--implementation", "cp", "--platform", "manylinux_2_17_x86_64", "--platform", "manylinux2014_x86_64",
-         "-d", str(wheels), *GPU_WHEELS],
+         "--platform", "manylinux_2_31_x86_64",
+         "-d", str(wheels), *packages],
         check=True,
     )  # fmt: skip
 
 
-def split_model(path: Path, folder: Path) -> None:
-    """The GGUF in parts under the device's 64 MiB per-call transfer limit, with its sha256."""
-    for old in folder.glob("model.gguf.part-*"):
+def split_file(path: Path, folder: Path, name: str = "model.gguf") -> None:
+    """`path` as `name`.part-NN files under the device's 64 MiB per-call transfer limit, with its sha256 in
+    `name`'s stem + .sha256 (model.sha256)."""
+    for old in folder.glob(f"{name}.part-*"):
         old.unlink()
     digest = hashlib.sha256()
     with path.open("rb") as handle:
         for index, block in enumerate(iter(lambda: handle.read(PART_BYTES), b"")):
             digest.update(block)
-            (folder / f"model.gguf.part-{index:02d}").write_bytes(block)
-    (folder / "model.sha256").write_text(digest.hexdigest() + "\n")
+            (folder / f"{name}.part-{index:02d}").write_bytes(block)
+    (folder / f"{name.split('.')[0]}.sha256").write_text(digest.hexdigest() + "\n")
 
 
 def run_gpu(args: argparse.Namespace) -> None:

@@ -151,3 +151,35 @@ def test_llm_settings_come_from_presets_and_the_environment(monkeypatch):
     monkeypatch.delenv("STRATA_LLM__API_KEY")
     default = Settings.load()
     assert default.llm == Settings.load(preset="embedded").llm and default.llm.temperature == 0
+
+
+class BatchingBackend(ScriptedBackend):
+    """A ScriptedBackend that takes batches (as the transformers backend does) and records their sizes."""
+
+    def __init__(self, answers: list[str]) -> None:
+        super().__init__(answers)
+        self.batches: list[int] = []
+
+    def generate_batch(self, requests, options) -> list[Generation]:
+        self.batches.append(len(requests))
+        return [self.generate(system, user, schema, options) for system, user, schema in requests]
+
+
+def test_complete_many_asks_the_uncached_prompts_in_one_batch_and_re_asks_only_the_unparsed(tmp_path):
+    good = '{"label": "%s", "confidence": 0.5}'
+    prompts = [PROMPT.model_copy(update={"user": f"Claim {n}."}) for n in range(4)]
+    backend = BatchingBackend([good % "cached"])
+    client = LLMClient(backend, LLMSettings(), ResponseCache(tmp_path / "cache.sqlite"))
+    client.complete(prompts[2])  # answered before: a cache hit below
+    backend.answers = [good % "a", "no json", good % "d", good % "b again"]
+    answers = client.complete_many([(prompt, None) for prompt in prompts])
+    assert [answer.label for answer in answers] == ["a", "b again", "cached", "d"]
+    assert backend.batches == [1, 3, 1]  # the earlier call, the three uncached prompts, the one re-asked
+    assert "Your previous answer could not be used" in backend.requests[-1][1]
+
+
+def test_complete_many_puts_each_failure_in_its_place():
+    client, _ = client_for(['{"label": "x", "confidence": 1}', "no", "still no"], repair_retries=1)
+    first, second = client.complete_many([(PROMPT, None), (PROMPT.model_copy(update={"user": "Other."}), None)])
+    assert first == Verdict(label="x", confidence=1.0)
+    assert isinstance(second, LLMOutputError) and second.raw_text == "still no"

@@ -161,8 +161,10 @@ class SearchSettings(_Section):
 
 
 class LLMSettings(_Section):
-    backend: Literal["embedded", "openai"] = Field(
-        default="embedded", description="'embedded' runs a packaged GGUF model in-process; 'openai' calls an HTTP server"
+    backend: Literal["embedded", "openai", "transformers"] = Field(
+        default="embedded",
+        description="'embedded' runs a packaged GGUF model in-process (llama.cpp); 'openai' calls an HTTP server; "
+        "'transformers' runs the same GGUF weights dequantised in transformers, batched, for a GPU",
     )
     model: str = Field(
         default="packaged:qwen2.5-coder-0.5b",
@@ -204,6 +206,15 @@ class LLMSettings(_Section):
         description="Embedded: CPU threads for reading prompts and scoring; unset = every CPU. A prompt is read in "
         "large batches, which gain from every core even when other work shares them (2 cores, 1,600-token prompt, "
         "0.5B: 84 vs 42 tokens/s quiet, 53 vs 30 with two busy processes), unlike generating one token at a time",
+    )
+    device: Literal["auto", "cpu", "cuda"] = Field(
+        default="auto", description="Transformers: where the model runs ('auto': CUDA when torch sees it)"
+    )
+    batch_size: int = Field(
+        default=16,
+        ge=1,
+        description="Prompts a bulk job (`strata features`) sends together; the transformers backend answers them in "
+        "one decoding pass, the others one at a time",
     )
     grammar: bool = Field(
         default=True,

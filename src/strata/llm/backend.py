@@ -13,6 +13,13 @@ from pydantic import BaseModel, Field
 from strata.llm.trace import EvalTiming
 
 
+# Used only when a GGUF file carries no chat template; both packaged model families speak ChatML.
+CHATML = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
 class GenerationOptions(BaseModel):
     max_tokens: int
     temperature: float

@@ -11,7 +11,7 @@ from pydantic import BaseModel
 from strata.config import LLMSettings, Settings
 from strata.llm.backend import Backend, ContinuationScore, Generation, GenerationOptions, Scoring, probabilities
 from strata.llm.cache import ResponseCache
-from strata.llm.errors import LLMOutputError
+from strata.llm.errors import LLMError, LLMOutputError
 from strata.llm.templates import Prompt
 from strata.llm.structured import StructuredOutputError, parse_structured
 from strata.llm.trace import LLMCall, Trace, active_trace
@@ -66,29 +66,54 @@ class LLMClient:
         An answer that does not parse is repaired (code fences, <think> blocks, trailing text), then re-asked up to
         `repair_retries` times with the validation error appended to the user message; then LLMOutputError.
         """
-        model = schema or prompt.output_model
-        if model is None:
-            raise TypeError(f"prompt {prompt.name!r} has no output model; pass schema=")
-        json_schema = model.model_json_schema()
+        answer = self.complete_many([(prompt, schema)], trace=trace, max_tokens=max_tokens)[0]
+        if isinstance(answer, LLMError):
+            raise answer
+        return answer
+
+    def complete_many(
+        self,
+        requests: Sequence[tuple[Prompt, type[BaseModel] | None]],
+        *,
+        trace: Trace | None = None,
+        max_tokens: int | None = None,
+    ) -> list[BaseModel | LLMError]:
+        """`complete` for many (prompt, schema) pairs at once: a backend that batches (transformers) decodes the
+        uncached ones together, each round of re-asks too; the others answer one at a time. Each failed request
+        gets its error in its place."""
+        models = [schema or prompt.output_model for prompt, schema in requests]
+        for (prompt, _), model in zip(requests, models, strict=True):
+            if model is None:
+                raise TypeError(f"prompt {prompt.name!r} has no output model; pass schema=")
         options = GenerationOptions(
             max_tokens=max_tokens or self.settings.max_tokens,
             temperature=self.settings.temperature,
             seed=self.settings.seed,
         )
-        user = prompt.user
+        answers: list[BaseModel | LLMError | None] = [None] * len(requests)
+        users = [prompt.user for prompt, _ in requests]
+        pending = list(range(len(requests)))
         for attempt in range(self.settings.repair_retries + 1):
             started = time.perf_counter()
-            generation, hit = self._generate(prompt.system, user, json_schema, options)
-            try:
-                parsed = parse_structured(generation.text, model)
-            except StructuredOutputError as error:
-                self._record(trace, prompt, "complete", generation, started, attempt, hit, ok=False)
-                reason = error.reason
-                user = prompt.user + RETRY_NOTE.format(reason=reason)
-                continue
-            self._record(trace, prompt, "complete", generation, started, attempt, hit, ok=True)
-            return parsed
-        raise LLMOutputError(prompt.name, generation.text, reason)
+            schemas = [models[i].model_json_schema() for i in pending]  # type: ignore[union-attr]  # checked above
+            asked = [(requests[i][0].system, users[i], schema) for i, schema in zip(pending, schemas, strict=True)]
+            retry = []
+            for index, (generation, hit) in zip(pending, self._generate_many(asked, options), strict=True):
+                prompt = requests[index][0]
+                if isinstance(generation, LLMError):
+                    answers[index] = generation
+                    continue
+                try:
+                    answers[index] = parse_structured(generation.text, models[index])  # type: ignore[arg-type]
+                except StructuredOutputError as error:
+                    self._record(trace, prompt, "complete", generation, started, attempt, hit, ok=False)
+                    answers[index] = LLMOutputError(prompt.name, generation.text, error.reason)
+                    users[index] = prompt.user + RETRY_NOTE.format(reason=error.reason)
+                    retry.append(index)
+                    continue
+                self._record(trace, prompt, "complete", generation, started, attempt, hit, ok=True)
+            pending = retry
+        return [answer for answer in answers if answer is not None]
 
     def complete_text(self, prompt: Prompt, *, trace: Trace | None = None, max_tokens: int | None = None) -> str:
         """The model's free-text answer, with no output schema: what it writes when nothing constrains it."""
@@ -140,14 +165,49 @@ class LLMClient:
     def _generate(
         self, system: str, user: str, schema: dict[str, Any] | None, options: GenerationOptions
     ) -> tuple[Generation, bool]:
-        key = self._key(kind="complete", system=system, user=user, schema=schema, options=options.model_dump())
-        cached = self._cache.get(key) if self._cache is not None else None
-        if cached is not None:
-            return Generation.model_validate_json(cached), True
-        generation = self.backend.generate(system, user, schema, options)
-        if self._cache is not None:
-            self._cache.put(key, generation.model_dump_json())
-        return generation, False
+        generation, hit = self._generate_many([(system, user, schema)], options)[0]
+        if isinstance(generation, LLMError):
+            raise generation
+        return generation, hit
+
+    def _generate_many(
+        self, requests: Sequence[tuple[str, str, dict[str, Any] | None]], options: GenerationOptions
+    ) -> list[tuple[Generation | LLMError, bool]]:
+        """(answer, from the cache) per (system, user, schema); the uncached ones asked in one batch where the
+        backend takes batches."""
+        keys = [
+            self._key(kind="complete", system=system, user=user, schema=schema, options=options.model_dump())
+            for system, user, schema in requests
+        ]
+        cached = [self._cache.get(key) if self._cache is not None else None for key in keys]
+        missing = [index for index, text in enumerate(cached) if text is None]
+        fresh = dict(zip(missing, self._ask([requests[i] for i in missing], options), strict=True))
+        answers: list[tuple[Generation | LLMError, bool]] = []
+        for index, (key, text) in enumerate(zip(keys, cached, strict=True)):
+            if text is not None:
+                answers.append((Generation.model_validate_json(text), True))
+                continue
+            generation = fresh[index]
+            if self._cache is not None and isinstance(generation, Generation):
+                self._cache.put(key, generation.model_dump_json())
+            answers.append((generation, False))
+        return answers
+
+    def _ask(
+        self, requests: Sequence[tuple[str, str, dict[str, Any] | None]], options: GenerationOptions
+    ) -> list[Generation | LLMError]:
+        """The backend's answers: in one batch where it takes batches, else one at a time, an LLMError in the
+        place of a request that failed."""
+        batched = getattr(self.backend, "generate_batch", None)
+        if batched is not None:
+            return list(batched(requests, options)) if requests else []
+        answers: list[Generation | LLMError] = []
+        for system, user, schema in requests:
+            try:
+                answers.append(self.backend.generate(system, user, schema, options))
+            except LLMError as error:
+                answers.append(error)
+        return answers
 
     def _key(self, **parts: Any) -> str:
         # How output is constrained changes answers, so it is part of the key along with backend and weights.
@@ -192,13 +252,18 @@ class LLMClient:
 
 
 def make_client(settings: Settings | LLMSettings, *, cache: bool | None = None) -> LLMClient:
-    """The configured client: embedded (default, offline) or OpenAI-compatible HTTP; `cache` overrides the setting."""
+    """The configured client: embedded (default, offline), transformers or OpenAI-compatible HTTP; `cache` overrides
+    the setting."""
     llm = settings.llm if isinstance(settings, Settings) else settings
     backend: Backend
     if llm.backend == "embedded":
         from strata.llm.embedded import EmbeddedBackend
 
         backend = EmbeddedBackend(llm)
+    elif llm.backend == "transformers":
+        from strata.llm.transformers_backend import TransformersBackend
+
+        backend = TransformersBackend(llm)
     else:
         from strata.llm.openai_http import OpenAIBackend
 

@@ -13,17 +13,17 @@ from typing import Any
 import numpy as np
 
 from strata.config import LLMSettings
-from strata.llm.backend import ContinuationScore, Generation, GenerationOptions, Scoring, with_schema_instruction
+from strata.llm.backend import (
+    CHATML,
+    ContinuationScore,
+    Generation,
+    GenerationOptions,
+    Scoring,
+    with_schema_instruction,
+)
 from strata.llm.errors import ContextOverflowError, LLMError
 from strata.llm.packaged import resolve_model
 from strata.llm.trace import EvalTiming
-
-# Used only when a GGUF file carries no chat template; both packaged model families speak ChatML.
-_CHATML = (
-    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
-
 
 class EmbeddedBackend:
     name = "embedded"
@@ -274,7 +274,7 @@ class EmbeddedBackend:
         llama = self._llama
         eos, bos = llama.token_eos(), llama.token_bos()
         return Jinja2ChatFormatter(
-            template=llama.metadata.get("tokenizer.chat_template", _CHATML),
+            template=llama.metadata.get("tokenizer.chat_template", CHATML),
             eos_token=llama.detokenize([eos], special=True).decode(errors="replace") if eos != -1 else "",
             bos_token=llama.detokenize([bos], special=True).decode(errors="replace") if bos != -1 else "",
         )

@@ -15,7 +15,7 @@ from pydantic import BaseModel, Field
 from strata.config import RerankSettings, Settings
 from strata.documents.builder import SENTENCE_END
 from strata.encoders.embedder import Embedder
-from strata.llm import LLMClient, LLMError
+from strata.llm import LLMClient, LLMError, Prompt
 from strata.rerank.model import (
     GIST_CHARS,
     TITLE_CHARS,
@@ -158,26 +158,32 @@ class CompactFeatures:
         self.client = client
 
     def ensure(self, paper_ids: Iterable[str], progress: Progress | None = None) -> ExtractionReport:
-        """Extract features for every paper without current cached ones (at most once per content hash)."""
+        """Extract features for every paper without current cached ones (at most once per content hash), in batches
+        of `llm.batch_size` papers (one decoding pass each on a backend that batches)."""
         started = time.perf_counter()
         ids = list(dict.fromkeys(paper_ids))
-        todo = self.cache.stale(ids, self.texts)
+        todo = list(self.cache.stale(ids, self.texts))
+        if todo and self.client is None:
+            raise ValueError(f"no features cached for paper {todo[0]!r} and no LLM client to extract them")
         failed = []
-        for number, paper_id in enumerate(todo):
-            tell(progress, "papers", number, len(todo), paper_id)
-            if self._extract(paper_id) is None:
-                failed.append(paper_id)
+        size = self.client.settings.batch_size if self.client is not None else 1
+        for start in range(0, len(todo), size):
+            tell(progress, "papers", start, len(todo), todo[start])
+            failed += self._extract(todo[start : start + size])
         tell(progress, "papers", len(todo), len(todo))
         return ExtractionReport.of_run(len(ids), len(todo), failed, started)
 
-    def _extract(self, paper_id: str) -> StoredFeatures | None:
-        if self.client is None:
-            raise ValueError(f"no features cached for paper {paper_id!r} and no LLM client to extract them")
-        document = self.texts.document(paper_id, self.settings.features_input_words)
-        stored = extract_document_features(self.client, self.embedder, document)
-        if stored is not None:
-            self.cache.put(paper_id, self.texts.content_hash(paper_id), self.client.model, stored)
-        return stored
+    def _extract(self, paper_ids: list[str]) -> list[str]:
+        """Extracts and caches the papers' features; returns the papers whose extraction failed."""
+        assert self.client is not None  # ensure checked
+        documents = [self.texts.document(paper_id, self.settings.features_input_words) for paper_id in paper_ids]
+        failed = []
+        for paper_id, stored in zip(paper_ids, extract_documents_features(self.client, self.embedder, documents)):
+            if stored is None:
+                failed.append(paper_id)
+            else:
+                self.cache.put(paper_id, self.texts.content_hash(paper_id), self.client.model, stored)
+        return failed
 
     def form4(self, query_vector: np.ndarray, paper_id: str) -> str | None:
         """Category path, the most query-similar section(s) and keywords; None when the paper has no features."""
@@ -197,32 +203,48 @@ class CompactFeatures:
 def extract_document_features(client: LLMClient, embedder: Embedder, document: str) -> StoredFeatures | None:
     """One document's features (`document`: PaperTexts.document's JSON) with their section and keyword embeddings;
     None when the LLM gave no usable answer. The part of extraction that needs no store, so Ray workers run it too."""
-    paper = FeatureInput.model_validate_json(document)
-    try:
-        features = _section_features(client, paper) if paper.sections else _first_words_features(client, paper)
-    except LLMError:
-        return None
-    return StoredFeatures(
-        features=features,
-        section_vectors=embedder.embed([section_text(section) for section in features.sections]),
-        keyword_vectors=embedder.embed(features.keywords),
-    )
+    return extract_documents_features(client, embedder, [document])[0]
 
 
-def _first_words_features(client: LLMClient, paper: FeatureInput) -> PaperFeatures:
-    """An abstract-only paper's features, its parts (Background, Methods, ...) named by the model."""
-    prompt = rerank_prompts().render("features_extract", document=f"Title: {paper.title}\n{paper.body}")
-    return PaperFeatures.model_validate(client.complete(prompt, DocumentFeatures).model_dump())
+def extract_documents_features(
+    client: LLMClient, embedder: Embedder, documents: list[str]
+) -> list[StoredFeatures | None]:
+    """`extract_document_features` for many documents, their prompts sent together (`LLMClient.complete_many`)."""
+    papers = [FeatureInput.model_validate_json(document) for document in documents]
+    answers = client.complete_many([_feature_request(paper) for paper in papers])
+    extracted: list[StoredFeatures | None] = []
+    for paper, answer in zip(papers, answers, strict=True):
+        if isinstance(answer, LLMError):
+            extracted.append(None)
+            continue
+        features = (
+            with_paper_sections(answer, paper.sections)  # type: ignore[arg-type]
+            if paper.sections
+            else PaperFeatures.model_validate(answer.model_dump())
+        )
+        extracted.append(
+            StoredFeatures(
+                features=features,
+                section_vectors=embedder.embed([section_text(section) for section in features.sections]),
+                keyword_vectors=embedder.embed(features.keywords),
+            )
+        )
+    return extracted
 
 
-def _section_features(client: LLMClient, paper: FeatureInput) -> PaperFeatures:
-    """One call per paper, listing every section by its title and first words, rather than one per section: a small
-    model reads the instructions once, and the category and keywords are drawn from all the sections."""
+def _feature_request(paper: FeatureInput) -> tuple[Prompt, type[BaseModel]]:
+    """The prompt and answer schema for a paper: one call listing every parsed section by its title and first
+    words, rather than one per section (a small model reads the instructions once, and the category and keywords are
+    drawn from all the sections); for an abstract-only paper, its parts (Background, Methods, ...) named by the
+    model from its first words."""
+    if not paper.sections:
+        document = f"Title: {paper.title}\n{paper.body}"
+        return rerank_prompts().render("features_extract", document=document), DocumentFeatures
     listing = "\n".join(
         f"[{number}] {section.title}: {section.text}" for number, section in enumerate(paper.sections, start=1)
     )
     prompt = rerank_prompts().render("features_sections", title=paper.title, sections=listing)
-    return with_paper_sections(client.complete(prompt, section_gists_schema(len(paper.sections))), paper.sections)
+    return prompt, section_gists_schema(len(paper.sections))
 
 
 def with_paper_sections(answer: SectionGists, sections: list[InputSection]) -> PaperFeatures:

@@ -11,6 +11,7 @@ from pydantic.json_schema import JsonDict
 
 from strata.llm.backend import YesNo
 from strata.llm.templates import PromptRegistry
+from strata.llm.trace import Trace
 
 TITLE_CHARS = 24
 GIST_CHARS = 48
@@ -80,3 +81,11 @@ def rerank_prompts() -> PromptRegistry:
     return PromptRegistry.from_directory(
         Path(__file__).with_name("prompts"), [RankedIds, DocumentFeatures, SectionGists, YesNo]
     )
+
+
+RANKING_PROMPTS = frozenset({"rerank_listwise", "rerank_pointwise"})  # the rest extract features, once per paper
+
+
+def ranking_calls(trace: Trace) -> Trace:
+    """The calls of `trace` that ranked (a reranker's per-query cost), not those that extracted features."""
+    return Trace(calls=[call for call in trace.calls if call.prompt in RANKING_PROMPTS])
