@@ -106,13 +106,16 @@ class LLMClient:
                 try:
                     answers[index] = parse_structured(generation.text, models[index])  # type: ignore[arg-type]
                 except StructuredOutputError as error:
-                    self._record(trace, prompt, "complete", generation, started, attempt, hit, ok=False)
+                    self._record(
+                        trace, prompt, "complete", generation, started, attempt, hit, ok=False, share=len(asked)
+                    )
                     answers[index] = LLMOutputError(prompt.name, generation.text, error.reason)
                     users[index] = prompt.user + RETRY_NOTE.format(reason=error.reason)
                     retry.append(index)
                     continue
-                self._record(trace, prompt, "complete", generation, started, attempt, hit, ok=True)
+                self._record(trace, prompt, "complete", generation, started, attempt, hit, ok=True, share=len(asked))
             pending = retry
+        assert all(answer is not None for answer in answers)  # every request was asked at least once
         return [answer for answer in answers if answer is not None]
 
     def complete_text(self, prompt: Prompt, *, trace: Trace | None = None, max_tokens: int | None = None) -> str:
@@ -229,7 +232,9 @@ class LLMClient:
         attempt: int,
         hit: bool,
         ok: bool,
+        share: int = 1,
     ) -> None:
+        """`share`: how many requests the round since `started` answered; each is charged its part of the wait."""
         target = trace if trace is not None else active_trace()
         if target is None:
             return
@@ -241,7 +246,7 @@ class LLMClient:
                 model=self.backend.model,
                 tokens_in=generation.tokens_in,
                 tokens_out=generation.tokens_out,
-                latency_s=time.perf_counter() - started,
+                latency_s=(time.perf_counter() - started) / share,
                 attempt=attempt,
                 transport_retries=0 if hit else generation.transport_retries,
                 cache_hit=hit,

@@ -1,8 +1,8 @@
 """The packaged GGUF weights dequantised into transformers: the same model as the embedded backend, run where llama.cpp
 is slow (a GPU), and batched: `generate_batch` decodes many prompts in one pass, which bulk jobs (`strata features`)
 use. With `llm.grammar`, answers are constrained to their JSON schema as the embedded backend's are (llguidance's
-token masks, computed for the whole batch in Rust at each step, where llama.cpp compiles the schema to GBNF: the two
-grammars admit the same JSON up to whitespace). Prompts longer than `llm.n_ctx` are refused like the embedded
+token masks, computed for the whole batch in Rust at each step, where llama.cpp compiles the schema to GBNF; both
+close objects to the keys the schema names and allow little whitespace, see `schema_grammar`). Prompts longer than `llm.n_ctx` are refused like the embedded
 backend's."""
 
 from __future__ import annotations
@@ -142,23 +142,35 @@ class TransformersBackend:
 
     def score(self, system: str, user: str, continuations: Sequence[str]) -> Scoring:
         """Summed log-probabilities of each continuation as the start of the answer: the prompt is read once, then
-        every continuation is decoded on a copy of its KV cache in one batch."""
-        torch = self._torch
+        every non-empty continuation is decoded on a copy of its KV cache in one batch (an empty one scores 0)."""
         prompt = self._prompt_tokens(system, user, None)
-        pieces = [self._tokenizer.encode(text, add_special_tokens=False) for text in continuations]
-        longest = max((len(piece) for piece in pieces), default=0)
-        if len(prompt) + longest > self.n_ctx:
+        if len(prompt) >= self.n_ctx:
+            raise ContextOverflowError(f"prompt of {len(prompt)} tokens does not fit n_ctx={self.n_ctx}")
+        pieces = [self._answer_tokens(text) for text in continuations]
+        if len(prompt) + max((len(piece) for piece in pieces), default=0) > self.n_ctx:
             raise ContextOverflowError(f"prompt plus continuation exceed n_ctx={self.n_ctx}")
-        if not pieces or longest == 0:
-            return Scoring(scores=[ContinuationScore(continuation=c, logprob=0.0, n_tokens=0) for c in continuations],
-                           tokens_in=len(prompt))  # fmt: skip
+        logprobs = self._continuation_logprobs(prompt, [piece for piece in pieces if piece])
+        scores = [
+            ContinuationScore(continuation=text, logprob=logprobs.pop(0) if piece else 0.0, n_tokens=len(piece))
+            for text, piece in zip(continuations, pieces, strict=True)
+        ]
+        return Scoring(scores=scores, tokens_in=len(prompt) + sum(len(piece) for piece in pieces))
+
+    def _continuation_logprobs(self, prompt: list[int], pieces: list[list[int]]) -> list[float]:
+        if not pieces:
+            return []
+        torch = self._torch
+        longest = max(len(piece) for piece in pieces)
         with torch.inference_mode():
-            cached = self._model(torch.tensor([prompt[:-1]], device=self.device), use_cache=True).past_key_values
+            # The prompt's logits are never read: keep one position's, not a vocabulary-wide row per prompt token.
+            cached = self._model(
+                torch.tensor([prompt[:-1]], device=self.device), use_cache=True, logits_to_keep=1
+            ).past_key_values
             cached.batch_repeat_interleave(len(pieces))
             # Each row: the prompt's last token, then the continuation, right-padded; row i of the logits predicts
             # token i of the continuation.
             rows = [[prompt[-1], *piece] + [0] * (longest - len(piece)) for piece in pieces]
-            mask = [[1] * (len(prompt) - 1) + [1] * (1 + len(p)) + [0] * (longest - len(p)) for p in pieces]
+            mask = [[1] * len(prompt) + [1] * len(piece) + [0] * (longest - len(piece)) for piece in pieces]
             logits = self._model(
                 torch.tensor(rows, device=self.device),
                 attention_mask=torch.tensor(mask, device=self.device),
@@ -166,11 +178,16 @@ class TransformersBackend:
                 use_cache=True,
             ).logits.float()
             logprobs = torch.log_softmax(logits, dim=-1)
-        scores = []
-        for index, (text, piece) in enumerate(zip(continuations, pieces, strict=True)):
-            picked = logprobs[index, torch.arange(len(piece)), torch.tensor(piece, device=self.device)]
-            scores.append(ContinuationScore(continuation=text, logprob=float(picked.sum()), n_tokens=len(piece)))
-        return Scoring(scores=scores, tokens_in=len(prompt) + sum(len(piece) for piece in pieces))
+            positions = torch.arange(longest, device=self.device)
+            targets = torch.tensor([piece + [0] * (longest - len(piece)) for piece in pieces], device=self.device)
+            picked = logprobs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+            lengths = torch.tensor([len(piece) for piece in pieces], device=self.device)
+            picked = picked.masked_fill(positions.unsqueeze(0) >= lengths.unsqueeze(1), 0.0)
+        return [float(total) for total in picked.sum(dim=1).tolist()]
+
+    def _answer_tokens(self, text: str) -> list[int]:
+        """Token ids of `text` written as (part of) an answer: special-token names kept as plain text."""
+        return list(self._tokenizer.encode(text, add_special_tokens=False, split_special_tokens=True))
 
     def close(self) -> None:
         del self._model
@@ -194,10 +211,31 @@ class TransformersBackend:
         return token if isinstance(token, int) and token != self._tokenizer.unk_token_id else None
 
 
+# As llama-cpp-python's schema-to-GBNF conversion: at most one space between JSON tokens (llguidance's default is
+# unlimited whitespace, which lets a small model pad until max_tokens).
+JSON_OPTIONS = {"whitespace_flexible": False, "whitespace_pattern": " ?"}
+
+
 def schema_grammar(schema: str) -> str:
+    """The llguidance grammar of a JSON schema, every object closed to keys it does not name, as llama-cpp-python
+    closes an object whose schema says nothing (pydantic writes `additionalProperties` only where a model forbids
+    extras; an open object only gives the model room to ramble)."""
     import llguidance
 
-    return str(llguidance.LLMatcher.grammar_from_json_schema(schema))
+    closed = json.dumps(close_objects(json.loads(schema)))
+    return str(llguidance.LLMatcher.grammar_from_json_schema(closed, defaults=JSON_OPTIONS))  # type: ignore[arg-type]
+
+
+def close_objects(schema: Any) -> Any:
+    """`schema` with `additionalProperties: false` on every object schema that lists properties and says nothing."""
+    if isinstance(schema, list):
+        return [close_objects(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    closed = {key: close_objects(value) for key, value in schema.items()}
+    if "properties" in closed and "additionalProperties" not in closed:
+        closed["additionalProperties"] = False
+    return closed
 
 
 class SchemaConstraint:
@@ -210,10 +248,7 @@ class SchemaConstraint:
 
         self._torch_ll = llguidance.torch
         self._executor = llguidance.LLExecutor()
-        self._matchers = [
-            None if grammar is None else llguidance.LLMatcher(tokenizer, schema_grammar(grammar))
-            for grammar in grammars
-        ]
+        self._matchers = [None if grammar is None else self._matcher(tokenizer, grammar) for grammar in grammars]
         self._width = width
         self._mask = llguidance.torch.allocate_token_bitmask(len(grammars), tokenizer.vocab_size)
 
@@ -225,5 +260,27 @@ class SchemaConstraint:
         self._mask.fill_(-1)  # every token allowed, for rows without a schema
         constrained = [(matcher, row) for row, matcher in enumerate(self._matchers) if matcher is not None]
         self._torch_ll.fill_next_token_bitmask_par(self._executor, constrained, self._mask)
-        self._torch_ll.apply_token_bitmask_inplace(scores, self._mask.to(scores.device))
-        return scores
+        return mask_scores(scores, self._mask.to(scores.device))
+
+    @staticmethod
+    def _matcher(tokenizer: Any, grammar: str) -> Any:
+        import llguidance
+
+        matcher = llguidance.LLMatcher(tokenizer, schema_grammar(grammar))
+        if matcher.is_error():
+            raise LLMError(f"the answer's JSON schema cannot be enforced: {matcher.get_error()}")
+        return matcher
+
+
+def mask_scores(scores: Any, bitmask: Any) -> Any:
+    """`scores` with every token whose bit is 0 in `bitmask` (32 tokens per int32, low bit first) set to -inf.
+    llguidance.torch.apply_token_bitmask_inplace does the same under torch.compile, which needs a C compiler and
+    compiles for minutes on a first call; these few tensor operations cost nothing beside a forward pass."""
+    import torch
+
+    bits = torch.arange(32, device=bitmask.device, dtype=torch.int32)
+    allowed = ((bitmask.unsqueeze(-1) >> bits) & 1).reshape(bitmask.shape[0], -1).bool()
+    vocabulary = scores.shape[1]
+    if allowed.shape[1] < vocabulary:  # tokens past the mask's width are never allowed
+        allowed = torch.nn.functional.pad(allowed, (0, vocabulary - allowed.shape[1]), value=False)
+    return scores.masked_fill(~allowed[:, :vocabulary], float("-inf"))
