@@ -80,7 +80,7 @@ CPU_SMALL_SETTINGS = {
     "toc.threads": 2,
 }
 CPU_TRAIN_BUDGET_S = 3600.0  # wall seconds per adapter
-CPU_DEV_LIMIT = 45  # dev questions per check and for the fusion weight: about 1 per leaf (each costs ~3 s)
+CPU_DEV_LIMIT = 45  # dev questions per training check (about 1 per leaf; each costs ~3 s, checked every epoch)
 CPU_BATCH = 8  # questions per forward pass after the cached ToC (toc.dev_batch: 1.6x faster dev checks on 2 cores)
 ADAPTERS = RESULTS / "tmp" / "stair-adapters"  # ignored: the fused retriever loads the STAIR adapter back
 # Committed: the synthetic questions the small-book rows were trained on (the LLM writes them once, ~12 min a book),
@@ -466,7 +466,7 @@ def full_books_fused(books: dict, settings, zero_settings, small_settings, sampl
         split = split_questions(questions, small_settings.toc.dev_fraction, SEED)
         dev = [item.model_copy(update={"leaf": by_path[tuple(small_toc.entry(item.leaf).path)]})
                for item in split if item.split == "dev"]  # fmt: skip
-        dev = dev_cut(dev, CPU_DEV_LIMIT)
+        dev = dev_cut(dev, CPU_DEV_LIMIT)  # the bare model reads a whole book's ToC: ~10 s a question
         begun = time.perf_counter()
         # adapt_toc True: the model reads the ToC as it is (a bare model has no adapter to disable for it). It
         # answers in the adapters' label format, "title (number)", unlike the llama.cpp zero-shot rows' prompt.
@@ -718,7 +718,6 @@ def fused_stair(settings, toc, adapter, queries, split, alone: bool = False) -> 
     from strata.toc.decode import rank_questions
     from strata.toc.encode import PromptEncoder
     from strata.toc.fused import choose_fusion_weight
-    from strata.train.toc_lora import dev_cut
     from strata.toc.query import fused_retriever
 
     model, tokenizer, identity = load_base_model(
@@ -728,8 +727,10 @@ def fused_stair(settings, toc, adapter, queries, split, alone: bool = False) -> 
     encoder = PromptEncoder(tokenizer, settings.toc)
     retriever = fused_retriever(settings, toc, tuned, encoder, read_adapter_meta(adapter).adapt_toc, 0.0)
     started = time.perf_counter()
+    # Every dev question, as `strata train-toc` chooses its weight (once, ~3 s each): on the 39-45 a training check
+    # reads, a 10-point dev gain was too little evidence to leave the hybrid order (psychology-2e, p 0.22).
     dev = [item for item in split if item.split == "dev"]
-    choice = choose_fusion_weight(retriever, dev_cut(dev, CPU_DEV_LIMIT), settings.search.fusion_max_p)
+    choice = choose_fusion_weight(retriever, dev, settings.search.fusion_max_p)
     log(f"{choice.verdict()} ({time.perf_counter() - started:.0f}s): {choice.curve}")
     retriever.weight = choice.weight
     fused = [retriever.rank(q.question, K) for q in queries]
