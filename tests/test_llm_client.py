@@ -18,6 +18,7 @@ from strata.llm import (
     TraceSummary,
     tracing,
 )
+from strata.llm.client import shared_latencies
 
 
 class Verdict(BaseModel):
@@ -176,6 +177,23 @@ def test_complete_many_asks_the_uncached_prompts_in_one_batch_and_re_asks_only_t
     assert [answer.label for answer in answers] == ["a", "b again", "cached", "d"]
     assert backend.batches == [1, 3, 1]  # the earlier call, the three uncached prompts, the one re-asked
     assert "Your previous answer could not be used" in backend.requests[-1][1]
+
+
+def test_a_batch_round_charges_its_wait_to_its_fresh_answers_and_nothing_to_cache_hits(tmp_path):
+    good = '{"label": "%s", "confidence": 0.5}'
+    prompts = [PROMPT.model_copy(update={"user": f"Claim {n}."}) for n in range(3)]
+    backend = BatchingBackend([good % "cached"])
+    client = LLMClient(backend, LLMSettings(), ResponseCache(tmp_path / "cache.sqlite"))
+    client.complete(prompts[0])
+    backend.answers = [good % "b", good % "c"]
+    trace = Trace()
+    client.complete_many([(prompt, None) for prompt in prompts], trace=trace)
+    hit, *fresh = trace.calls
+    assert hit.cache_hit and hit.latency_s == 0.0
+    assert fresh[0].latency_s == fresh[1].latency_s > 0
+    failed = LLMOutputError("p", "", "x")
+    assert shared_latencies([(failed, False), (Generation(text="", tokens_in=1, tokens_out=1), False)], 2.0) == [0, 2]
+    assert shared_latencies([(Generation(text="", tokens_in=1, tokens_out=1), True)] * 2, 1.0) == [0.5, 0.5]
 
 
 def test_complete_many_puts_each_failure_in_its_place():

@@ -42,7 +42,8 @@ def test_scores_equal_reading_the_prompt_and_each_continuation_whole(smol):
             logits = backend._model(torch.tensor([prompt + piece])).logits.float()
         rows = torch.log_softmax(logits[0, len(prompt) - 1 : -1], dim=-1)
         assert score.n_tokens == len(piece)
-        assert score.logprob == pytest.approx(float(rows[torch.arange(len(piece)), torch.tensor(piece)].sum()), abs=1e-3)
+        whole = float(rows[torch.arange(len(piece)), torch.tensor(piece)].sum())
+        assert score.logprob == pytest.approx(whole, abs=1e-3)
 
 
 def test_a_batch_answers_as_one_prompt_at_a_time_and_an_overlong_prompt_gets_its_error_in_place(smol):
@@ -69,7 +70,8 @@ def test_answers_keep_to_their_schema_as_the_embedded_grammar_makes_them(smol):
     """The tiny model writes malformed JSON when free (MODELS.md); the schema's token masks make it valid, bounds
     included."""
     prompt = Prompt(name="bounded", system="You answer in JSON.", user="Describe the sea in a colour and words.")
-    answers = smol.complete_many([(prompt, Bounded), (prompt.model_copy(update={"user": "Describe a forest."}), Bounded)])
+    forest = prompt.model_copy(update={"user": "Describe a forest."})
+    answers = smol.complete_many([(prompt, Bounded), (forest, Bounded)])
     assert all(isinstance(answer, Bounded) and 1 <= len(answer.words) <= 3 for answer in answers)
 
 
@@ -77,21 +79,29 @@ def test_a_schema_answer_is_a_closed_object_with_little_whitespace(smol):
     """pydantic writes no additionalProperties: the grammar still admits only the named key, then the end."""
     schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
     options = GenerationOptions(max_tokens=40, temperature=0, seed=0)
-    answer = smol.backend.generate("You answer in JSON.", "Give a and b, two numbers, and a list of fruits.", schema, options)
+    asked = "Give a and b, two numbers, and a list of fruits."
+    answer = smol.backend.generate("You answer in JSON.", asked, schema, options)
     assert set(json.loads(answer.text)) == {"a"}
-    assert "   " not in answer.text
+    assert "  " not in answer.text
 
 
 def test_close_objects_closes_only_objects_that_say_nothing():
     schema = {
         "type": "object",
-        "properties": {"inner": {"$ref": "#/$defs/Inner"}, "free": {"type": "object", "additionalProperties": True}},
-        "$defs": {"Inner": {"type": "object", "properties": {"x": {"type": "string"}}}},
+        "properties": {
+            "inner": {"$ref": "#/$defs/Inner"},
+            "free": {"type": "object", "additionalProperties": True},
+            "properties": {"type": "array", "items": {"type": "object", "properties": {"y": {"type": "integer"}}}},
+        },
+        "$defs": {"Inner": {"anyOf": [{"type": "object", "properties": {"x": {}}}, {"type": "null"}]}},
     }
     closed = close_objects(schema)
     assert closed["additionalProperties"] is False
-    assert closed["$defs"]["Inner"]["additionalProperties"] is False
+    assert closed["$defs"]["Inner"]["anyOf"][0]["additionalProperties"] is False
     assert closed["properties"]["free"]["additionalProperties"] is True
+    # a field named "properties" is a schema, not a list of properties: closed inside, never given a fake field
+    assert set(closed["properties"]) == {"inner", "free", "properties"}
+    assert closed["properties"]["properties"]["items"]["additionalProperties"] is False
     assert "additionalProperties" not in schema  # the caller's schema is left as it was
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Any, Literal, TypeVar, overload
+from typing import Any, Literal, TypeVar, cast, overload
 
 from pydantic import BaseModel
 
@@ -97,8 +97,10 @@ class LLMClient:
             started = time.perf_counter()
             schemas = [models[i].model_json_schema() for i in pending]  # type: ignore[union-attr]  # checked above
             asked = [(requests[i][0].system, users[i], schema) for i, schema in zip(pending, schemas, strict=True)]
+            results = self._generate_many(asked, options)
+            latencies = shared_latencies(results, time.perf_counter() - started)
             retry = []
-            for index, (generation, hit) in zip(pending, self._generate_many(asked, options), strict=True):
+            for index, (generation, hit), latency in zip(pending, results, latencies, strict=True):
                 prompt = requests[index][0]
                 if isinstance(generation, LLMError):
                     answers[index] = generation
@@ -106,17 +108,15 @@ class LLMClient:
                 try:
                     answers[index] = parse_structured(generation.text, models[index])  # type: ignore[arg-type]
                 except StructuredOutputError as error:
-                    self._record(
-                        trace, prompt, "complete", generation, started, attempt, hit, ok=False, share=len(asked)
-                    )
+                    self._record(trace, prompt, "complete", generation, latency, attempt, hit, ok=False)
                     answers[index] = LLMOutputError(prompt.name, generation.text, error.reason)
                     users[index] = prompt.user + RETRY_NOTE.format(reason=error.reason)
                     retry.append(index)
                     continue
-                self._record(trace, prompt, "complete", generation, started, attempt, hit, ok=True, share=len(asked))
+                self._record(trace, prompt, "complete", generation, latency, attempt, hit, ok=True)
             pending = retry
-        assert all(answer is not None for answer in answers)  # every request was asked at least once
-        return [answer for answer in answers if answer is not None]
+        # Every request was asked at least once (repair_retries >= 0), so none is left None.
+        return cast(list[BaseModel | LLMError], answers)
 
     def complete_text(self, prompt: Prompt, *, trace: Trace | None = None, max_tokens: int | None = None) -> str:
         """The model's free-text answer, with no output schema: what it writes when nothing constrains it."""
@@ -127,7 +127,7 @@ class LLMClient:
         )
         started = time.perf_counter()
         generation, hit = self._generate(prompt.system, prompt.user, None, options)
-        self._record(trace, prompt, "complete", generation, started, 0, hit, ok=True)
+        self._record(trace, prompt, "complete", generation, time.perf_counter() - started, 0, hit, ok=True)
         return generation.text
 
     def score(
@@ -146,7 +146,7 @@ class LLMClient:
         generation = Generation(
             text="", tokens_in=scoring.tokens_in, tokens_out=0, transport_retries=scoring.transport_retries
         )
-        self._record(trace, prompt, "score", generation, started, 0, hit, ok=True)
+        self._record(trace, prompt, "score", generation, time.perf_counter() - started, 0, hit, ok=True)
         return scoring.scores
 
     def p_yes(self, prompt: Prompt, *, trace: Trace | None = None) -> float:
@@ -228,13 +228,11 @@ class LLMClient:
         prompt: Prompt,
         kind: Literal["complete", "score"],
         generation: Generation,
-        started: float,
+        latency_s: float,
         attempt: int,
         hit: bool,
         ok: bool,
-        share: int = 1,
     ) -> None:
-        """`share`: how many requests the round since `started` answered; each is charged its part of the wait."""
         target = trace if trace is not None else active_trace()
         if target is None:
             return
@@ -246,7 +244,7 @@ class LLMClient:
                 model=self.backend.model,
                 tokens_in=generation.tokens_in,
                 tokens_out=generation.tokens_out,
-                latency_s=(time.perf_counter() - started) / share,
+                latency_s=latency_s,
                 attempt=attempt,
                 transport_retries=0 if hit else generation.transport_retries,
                 cache_hit=hit,
@@ -254,6 +252,15 @@ class LLMClient:
                 timing=None if hit else generation.timing,
             )
         )
+
+
+def shared_latencies(results: Sequence[tuple[Generation | LLMError, bool]], elapsed: float) -> list[float]:
+    """Each answer's part of a round that took `elapsed` seconds: the fresh answers share it (one batch answered them
+    together); cache hits and failures cost ~0, except in a round of hits only, which share its time."""
+    fresh = [not hit and isinstance(generation, Generation) for generation, hit in results]
+    if not any(fresh):
+        return [elapsed / max(1, len(results))] * len(results)
+    return [elapsed / sum(fresh) if new else 0.0 for new in fresh]
 
 
 def make_client(settings: Settings | LLMSettings, *, cache: bool | None = None) -> LLMClient:
