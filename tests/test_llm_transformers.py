@@ -125,8 +125,9 @@ def test_every_prompt_answer_schema_compiles_to_a_token_mask(smol):
     from strata.toc.model import toc_prompts
     from strata.train.pairs import training_prompts
 
-    registries = [check_prompts, read_prompts, rerank_prompts, retrieve_prompts, toc_prompts, training_prompts]
-    models = {registry().get(name).output_model for registry in registries for name in registry().names()}
+    registries = [loader() for loader in (check_prompts, read_prompts, rerank_prompts, retrieve_prompts, toc_prompts,
+                                          training_prompts)]  # fmt: skip
+    models = {registry.get(name).output_model for registry in registries for name in registry.names()}
     assert len(models) > 5
     for model in sorted(models, key=lambda model: model.__name__):
         assert smol.backend._constraints([json.dumps(model.model_json_schema())], width=1), model.__name__

@@ -147,12 +147,12 @@ class TransformersBackend:
         prompt = self._prompt_tokens(system, user, None)
         if len(prompt) >= self.n_ctx:
             raise ContextOverflowError(f"prompt of {len(prompt)} tokens does not fit n_ctx={self.n_ctx}")
-        pieces = [self._answer_tokens(text) for text in continuations]
+        pieces = [self.tokenize_answer(text) for text in continuations]
         if len(prompt) + max((len(piece) for piece in pieces), default=0) > self.n_ctx:
             raise ContextOverflowError(f"prompt plus continuation exceed n_ctx={self.n_ctx}")
-        logprobs = self._continuation_logprobs(prompt, [piece for piece in pieces if piece])
+        logprobs = iter(self._continuation_logprobs(prompt, [piece for piece in pieces if piece]))
         scores = [
-            ContinuationScore(continuation=text, logprob=logprobs.pop(0) if piece else 0.0, n_tokens=len(piece))
+            ContinuationScore(continuation=text, logprob=next(logprobs) if piece else 0.0, n_tokens=len(piece))
             for text, piece in zip(continuations, pieces, strict=True)
         ]
         return Scoring(scores=scores, tokens_in=len(prompt) + sum(len(piece) for piece in pieces))
@@ -185,8 +185,9 @@ class TransformersBackend:
             picked = picked.masked_fill(positions.unsqueeze(0) >= lengths.unsqueeze(1), 0.0)
         return [float(total) for total in picked.sum(dim=1).tolist()]
 
-    def _answer_tokens(self, text: str) -> list[int]:
-        """Token ids of `text` written as (part of) an answer: special-token names kept as plain text."""
+    def tokenize_answer(self, text: str) -> list[int]:
+        """Token ids of `text` written as (part of) an answer, as the embedded backend's `tokenize_answer`: no BOS,
+        special-token names kept as plain text."""
         return list(self._tokenizer.encode(text, add_special_tokens=False, split_special_tokens=True))
 
     def close(self) -> None:
