@@ -7,10 +7,12 @@ from pydantic import BaseModel, SecretStr
 
 from strata.config import LLMSettings, Settings
 from strata.llm import (
+    ContextOverflowError,
     ContinuationScore,
     Generation,
     LLMClient,
     LLMOutputError,
+    LLMUnavailableError,
     Prompt,
     ResponseCache,
     Scoring,
@@ -201,3 +203,33 @@ def test_complete_many_puts_each_failure_in_its_place():
     first, second = client.complete_many([(PROMPT, None), (PROMPT.model_copy(update={"user": "Other."}), None)])
     assert first == Verdict(label="x", confidence=1.0)
     assert isinstance(second, LLMOutputError) and second.raw_text == "still no"
+
+
+class FailingBackend(ScriptedBackend):
+    """A backend whose every call fails, as a dead server's or an overflowing prompt's does."""
+
+    def generate(self, system, user, schema, options) -> Generation:
+        raise LLMUnavailableError("server at 127.0.0.1:9 refused the connection")
+
+    def score(self, system: str, user: str, continuations: Sequence[str]) -> Scoring:
+        raise ContextOverflowError("prompt of 9000 tokens over n_ctx 4096")
+
+
+def test_a_failed_backend_call_is_traced_with_its_error_and_counted_as_a_failure():
+    client = LLMClient(FailingBackend([]), LLMSettings())
+    with tracing() as trace:
+        (answer,) = client.complete_many([(PROMPT, None)])
+        with pytest.raises(ContextOverflowError):
+            client.score(PROMPT, ["yes", "no"])
+        with pytest.raises(LLMUnavailableError):
+            client.complete_text(PROMPT)
+    assert isinstance(answer, LLMUnavailableError)
+    assert [(call.kind, call.ok, (call.error or "").split(":")[0]) for call in trace.calls] == [
+        ("complete", False, "LLMUnavailableError"),
+        ("score", False, "ContextOverflowError"),
+        ("complete", False, "LLMUnavailableError"),
+    ]
+    assert "refused the connection" in trace.calls[0].error
+    summary = trace.summary()
+    assert (summary.calls, summary.failures, summary.tokens_in) == (3, 3, 0)
+    assert "failed: ContextOverflowError" in trace.format()

@@ -103,6 +103,7 @@ class LLMClient:
             for index, (generation, hit), latency in zip(pending, results, latencies, strict=True):
                 prompt = requests[index][0]
                 if isinstance(generation, LLMError):
+                    self._record_failure(trace, prompt, "complete", generation, latency, attempt)
                     answers[index] = generation
                     continue
                 try:
@@ -126,7 +127,10 @@ class LLMClient:
             seed=self.settings.seed,
         )
         started = time.perf_counter()
-        generation, hit = self._generate(prompt.system, prompt.user, None, options)
+        generation, hit = self._generate_many([(prompt.system, prompt.user, None)], options)[0]
+        if isinstance(generation, LLMError):
+            self._record_failure(trace, prompt, "complete", generation, time.perf_counter() - started, 0)
+            raise generation
         self._record(trace, prompt, "complete", generation, time.perf_counter() - started, 0, hit, ok=True)
         return generation.text
 
@@ -140,7 +144,11 @@ class LLMClient:
         if cached is not None:
             scoring, hit = Scoring.model_validate_json(cached), True
         else:
-            scoring, hit = self.backend.score(prompt.system, prompt.user, continuations), False
+            try:
+                scoring, hit = self.backend.score(prompt.system, prompt.user, continuations), False
+            except LLMError as error:
+                self._record_failure(trace, prompt, "score", error, time.perf_counter() - started, 0)
+                raise
             if self._cache is not None:
                 self._cache.put(key, scoring.model_dump_json())
         generation = Generation(
@@ -164,14 +172,6 @@ class LLMClient:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
-
-    def _generate(
-        self, system: str, user: str, schema: dict[str, Any] | None, options: GenerationOptions
-    ) -> tuple[Generation, bool]:
-        generation, hit = self._generate_many([(system, user, schema)], options)[0]
-        if isinstance(generation, LLMError):
-            raise generation
-        return generation, hit
 
     def _generate_many(
         self, requests: Sequence[tuple[str, str, dict[str, Any] | None]], options: GenerationOptions
@@ -233,6 +233,43 @@ class LLMClient:
         hit: bool,
         ok: bool,
     ) -> None:
+        self._trace_call(
+            trace,
+            prompt,
+            kind,
+            latency_s,
+            attempt,
+            tokens_in=generation.tokens_in,
+            tokens_out=generation.tokens_out,
+            transport_retries=0 if hit else generation.transport_retries,
+            cache_hit=hit,
+            ok=ok,
+            timing=None if hit else generation.timing,
+        )
+
+    def _record_failure(
+        self,
+        trace: Trace | None,
+        prompt: Prompt,
+        kind: Literal["complete", "score"],
+        error: LLMError,
+        latency_s: float,
+        attempt: int,
+    ) -> None:
+        """A backend call that failed (dead server, context overflow, ...): traced with no tokens, so a trace counts
+        every call, not only the answered ones."""
+        reason = f"{type(error).__name__}: {error}"
+        self._trace_call(trace, prompt, kind, latency_s, attempt, tokens_in=0, tokens_out=0, ok=False, error=reason)
+
+    def _trace_call(
+        self,
+        trace: Trace | None,
+        prompt: Prompt,
+        kind: Literal["complete", "score"],
+        latency_s: float,
+        attempt: int,
+        **fields: Any,
+    ) -> None:
         target = trace if trace is not None else active_trace()
         if target is None:
             return
@@ -242,14 +279,9 @@ class LLMClient:
                 kind=kind,
                 backend=self.backend.name,
                 model=self.backend.model,
-                tokens_in=generation.tokens_in,
-                tokens_out=generation.tokens_out,
                 latency_s=latency_s,
                 attempt=attempt,
-                transport_retries=0 if hit else generation.transport_retries,
-                cache_hit=hit,
-                ok=ok,
-                timing=None if hit else generation.timing,
+                **fields,
             )
         )
 

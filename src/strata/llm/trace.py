@@ -46,7 +46,10 @@ class LLMCall(BaseModel):
     attempt: int = Field(default=0, description="0 for the first ask, 1.. for re-asks after an invalid answer")
     transport_retries: int = Field(default=0, description="HTTP retries after connection errors, 429 or 5xx")
     cache_hit: bool = False
-    ok: bool = Field(default=True, description="False when the answer did not parse into the schema")
+    ok: bool = Field(default=True, description="False when the answer did not parse or the backend call failed")
+    error: str | None = Field(
+        default=None, description="Why the backend call failed ('ErrorClass: message'); None when it answered"
+    )
     timing: EvalTiming | None = None
 
 
@@ -59,7 +62,7 @@ class TraceSummary(BaseModel):
     tokens_out: int = 0
     latency_s: float = 0.0
     retries: int = Field(default=0, description="Re-asks after invalid answers plus HTTP retries")
-    failures: int = Field(default=0, description="Calls whose answer did not parse")
+    failures: int = Field(default=0, description="Calls whose answer did not parse or whose backend call failed")
 
     def __add__(self, other: TraceSummary) -> TraceSummary:
         return TraceSummary(**{name: getattr(self, name) + getattr(other, name) for name in TraceSummary.model_fields})
@@ -100,7 +103,8 @@ class Trace(BaseModel):
                     ("cache hit", call.cache_hit),
                     (f"re-ask {call.attempt}", call.attempt > 0),
                     (f"{call.transport_retries} http retries", call.transport_retries > 0),
-                    ("invalid", not call.ok),
+                    ("invalid", not call.ok and call.error is None),
+                    (f"failed: {(call.error or '').split(':')[0]}", call.error is not None),
                 )
                 if present
             )
