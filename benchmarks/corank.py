@@ -90,6 +90,9 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
                         help="rerank.train_validation_share: papers whose queries are held out (default: the setting's)")
     parser.add_argument("--train-epochs", type=int, default=3)
     parser.add_argument("--train-max-length", type=int, default=256, help="word pieces per (query, passage) pair")
+    parser.add_argument("--ce-windows", type=int, default=4,
+                        help="rerank.cross_encoder_windows: windows of --passage-words words the cross-encoder reads "
+                        "per paper (its best window's score; 1: the first words only, as before 2026-12-05)")
     parser.add_argument("--ce-dev-queries", type=int, default=0,
                         help="SciFact train claims (a labelled dev split) to also choose the cross-encoder's fusion "
                         "weight on: adds '+fusion (dev weight)' rows (0: none)")
@@ -126,6 +129,7 @@ def bench_settings(args: argparse.Namespace) -> Settings:
             "rerank.passage_words": args.passage_words,
             "rerank.features_input_words": args.features_input_words,
             "rerank.cross_encoder_depth": args.ce_depth,
+            "rerank.cross_encoder_windows": args.ce_windows,
             "rerank.train_passages": args.train_passages,
             "rerank.train_validation_written": args.train_validation_written,
             "rerank.train_queries_per_source": args.train_queries_per_source,
@@ -302,7 +306,8 @@ def labelled_training(bench: Bench, corpus: Corpus) -> TrainingReport:
     for claim in claims:
         judged = sorted(pid for pid, grade in split.qrels.get(claim.id, {}).items() if grade > 0 and pid in known)
         positives = [TrainingQuery(query=claim.text, paper_id=pid, source="labelled",
-                                   positive=passage_of(texts, "labelled", pid, settings.rerank.passage_words))
+                                   positive=passage_of(texts, "labelled", pid, settings.rerank.passage_words,
+                                                      claim.text, settings.rerank.cross_encoder_windows))
                      for pid in judged]  # fmt: skip
         mined, lost = mined_pairs(positives, corpus.searcher, texts, settings.rerank, similarity, exclude=judged)
         pairs += mined

@@ -5,15 +5,17 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
 import pytest
 
 from corpus_support import bm25_corpus
 from strata.config import Settings
+from strata.documents.model import Candidate, Ranking
 from strata.llm import LLMOutputError
 from strata.rerank import make_reranker
 from strata.rerank.crossencoder import FUSION_FILE, CrossEncoderReranker, trained_model_dir
 from strata.rerank.fusion import FusedReranker, FusionChoice
-from strata.rerank.texts import PaperTexts
+from strata.rerank.texts import PaperTexts, window_starts
 from strata.train.cross_encoder import train_cross_encoder
 from strata.train.pairs import (
     SyntheticQuery,
@@ -21,6 +23,7 @@ from strata.train.pairs import (
     corpus_queries,
     inverse_cloze_queries,
     mined_pairs,
+    passage_of,
     section_queries,
     split_by_paper,
     title_query,
@@ -171,3 +174,54 @@ def test_a_training_run_validates_and_the_factory_fuses_at_the_chosen_weight(tmp
         assert isinstance(reranker, expected)
         ranking = reranker.rank("zinc samples", corpus.searcher.search("zinc samples", k=10))
         assert len(ranking.candidates) == 10
+
+
+def test_windows_cover_the_whole_body_back_to_back_the_last_one_full():
+    assert window_starts(200, 80, 4) == [0, 80, 120]
+    assert window_starts(160, 80, 4) == [0, 80]
+    assert window_starts(50, 80, 4) == [0]
+    assert window_starts(1000, 80, 3) == [0, 80, 160]  # a long text: its first windows only
+    assert window_starts(200, 80, 1) == [0]
+
+
+def late_evidence_papers() -> dict[str, tuple[str, str]]:
+    """Two papers whose opening words are alike; only the end of p000's body says what zinc does to colds."""
+    filler = " ".join(f"Background sentence {n} describes the cohort design." for n in range(12))
+    return {
+        "p000": ("A cohort study", f"{filler} Zinc lozenges shortened common colds by two days."),
+        "p001": ("A cohort study", f"{filler} Vitamin D had no effect on fractures."),
+    }
+
+
+def test_a_paper_shows_training_the_window_nearest_the_query_and_cloze_positives_keep_their_context(tmp_path):
+    with bm25_corpus(tmp_path, late_evidence_papers()) as (_, corpus):
+        texts = PaperTexts(corpus.store)
+        windows = texts.windows("p000", 30, 4)
+        assert len(windows) == 4 and windows[0] == texts.passage("p000", 30) and windows[-1].endswith("two days.")
+        assert all(window.startswith("A cohort study. ") for window in windows)
+        query = "do zinc lozenges shorten colds"
+        nearest = passage_of(texts, "labelled", "p000", 30, query, windows=4)
+        assert nearest == windows[2] and "Zinc lozenges" in nearest  # the first of the two windows that say it
+        assert passage_of(texts, "labelled", "p000", 30, query) == windows[0]  # one window: the opening words
+        rng = random.Random(0)
+        clozes = inverse_cloze_queries(texts, "p000", 30, rng, count=13, keep=0.0, windows=4)
+        last = next(cloze for cloze in clozes if cloze.query.startswith("Zinc lozenges"))
+        assert "Zinc" not in last.positive and "Background sentence 11" in last.positive  # where the sentence stood
+
+
+class KeywordModel:
+    """A stand-in cross-encoder: a pair scores 1 when its passage mentions zinc, else 0."""
+
+    def predict(self, pairs, batch_size=32):
+        return np.array([float("zinc" in passage.lower()) for _, passage in pairs])
+
+
+def test_the_cross_encoder_scores_a_paper_by_its_best_window(tmp_path):
+    with bm25_corpus(tmp_path, late_evidence_papers()) as (_, corpus):
+        texts = PaperTexts(corpus.store)
+        first = Ranking(query="zinc", method="hybrid", candidates=[
+            Candidate(paper_id="p001", score=2.0, rank=1), Candidate(paper_id="p000", score=1.0, rank=2)])
+        opening_only = CrossEncoderReranker(KeywordModel(), texts, depth=10, passage_words=30, batch=8, windows=1)
+        assert opening_only.rank("zinc", first).paper_ids == ["p001", "p000"]  # a tie: the first-stage order
+        maxp = CrossEncoderReranker(KeywordModel(), texts, depth=10, passage_words=30, batch=8, windows=4)
+        assert maxp.rank("zinc", first).paper_ids == ["p000", "p001"]

@@ -479,6 +479,13 @@ class RerankSettings(_Section):
     )
     cross_encoder_depth: int = Field(default=100, ge=1, description="Cross-encoder: top candidates rescored")
     cross_encoder_batch: int = Field(default=32, ge=1, description="Cross-encoder: pairs per scoring batch")
+    cross_encoder_windows: int = Field(
+        default=4,
+        ge=1,
+        description="Cross-encoder: windows of passage_words words read per paper (back to back over its abstract or "
+        "text), a paper scoring its best window's score; training shows each paper's window nearest the query. 1: "
+        "the first passage_words words only",
+    )
     train_passages: int = Field(
         default=120, ge=0, description="train-reranker: papers sampled for one LLM-written query each (0: none)"
     )

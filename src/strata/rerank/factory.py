@@ -79,10 +79,7 @@ def _reranker(settings: Settings, store: PaperStore, client: LLMClient | None, m
             raise ValueError(
                 "no cross-encoder: run `strata train-reranker` or set rerank.cross_encoder_model to a local model"
             )
-        return CrossEncoderReranker(
-            load_cross_encoder(source), texts, rerank.cross_encoder_depth, rerank.passage_words,
-            rerank.cross_encoder_batch,
-        )
+        return CrossEncoderReranker.configured(load_cross_encoder(source), texts, rerank)
     if method not in LLM_RERANKERS:
         raise ValueError(f"unknown rerank method {method!r}")
     if client is None:

@@ -68,8 +68,14 @@ class PaperTexts:
         """'Title. first `words` words of the body': the full-text representation, and (shorter) the truncated
         control."""
         paper = self._read(paper_id)
-        text = " ".join(paper.body[:words])
-        return f"{paper.title}. {text}" if paper.title and text else paper.title or text
+        return titled(paper.title, paper.body[:words])
+
+    def windows(self, paper_id: str, words: int, limit: int) -> list[str]:
+        """'Title. window' for up to `limit` windows of `words` words covering the body (`window_starts`); one
+        window, the first words, is `passage`."""
+        paper = self._read(paper_id)
+        return [titled(paper.title, paper.body[start : start + words])
+                for start in window_starts(len(paper.body), words, limit)]  # fmt: skip
 
     def document(self, paper_id: str, words: int) -> str:
         """The feature extractor's input as FeatureInput JSON: the first `words` words of the body, or of the text
@@ -94,6 +100,19 @@ class PaperTexts:
         if paper.sections:
             parts = ["sections", paper.title, *(f"{title}\n{prose}" for title, prose in paper.sections)]
         return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
+def titled(title: str, words: list[str]) -> str:
+    text = " ".join(words)
+    return f"{title}. {text}" if title and text else title or text
+
+
+def window_starts(length: int, words: int, limit: int) -> list[int]:
+    """Where each of the first `limit` windows of `words` words starts, to cover a text of `length` words: back to
+    back, the last one ending at the text's end so it is full (200 words in 80s: 0, 80, 120)."""
+    if length <= words:
+        return [0]
+    return sorted({*range(0, length - words, words), length - words})[:limit]
 
 
 def _section_prose(paper: Paper) -> list[tuple[str, str]]:

@@ -351,8 +351,7 @@ def fit_and_fuse(
     scored: list[tuple[float, dict[str, Ranking]]] = []
 
     def validate(model: CrossEncoder) -> float:
-        reranker = CrossEncoderReranker(model, texts, rerank.cross_encoder_depth, rerank.passage_words,
-                                        rerank.cross_encoder_batch)
+        reranker = CrossEncoderReranker.configured(model, texts, rerank)
         reranked = validation.rerank(reranker)
         scored.append((validation.ndcg({qid: r.paper_ids for qid, r in reranked.items()}), reranked))
         return scored[-1][0]

@@ -11,7 +11,9 @@ Sources (each query knows the paper it came from, its positive):
   what `strata train-reranker` builds).
 Hard negatives are other papers from the query's first-stage hits (`train_negative_method`: hybrid, the ranking the
 reranker will reorder, or BM25), with a false-negative filter: a negative the dense encoder scores above the positive
-is dropped (it may answer the query as well as the positive does).
+is dropped (it may answer the query as well as the positive does). A negative is shown as its window (of the first
+`cross_encoder_windows`) sharing most words with the query: the window the reranker's best-window score would come
+from.
 Citation contexts (the citing sentence -> the cited paper) are not a source: the store keeps reference entries and
 the resolved citation graph, not the sentences that cite.
 """
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import random
+import re
 from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import Literal
@@ -31,7 +34,7 @@ from strata.config import RerankSettings
 from strata.documents.builder import SENTENCE_END
 from strata.llm import LLMClient, LLMError, PromptRegistry
 from strata.progress import Progress, tell
-from strata.rerank.texts import PaperTexts
+from strata.rerank.texts import PaperTexts, titled, window_starts
 from strata.retrieve.protocol import Searcher
 
 Source = Literal["title", "inverse-cloze", "section", "llm", "labelled"]
@@ -39,6 +42,7 @@ SOURCES: tuple[Source, ...] = ("title", "inverse-cloze", "section", "llm", "labe
 UNTITLED: frozenset[Source] = frozenset({"title", "section"})  # sources whose query holds the paper's title
 MIN_QUERY_WORDS = 4  # a shorter title or sentence ("Introduction", "Results.") asks nothing
 MIN_BODY_WORDS = 30  # a body this short leaves no passage once a sentence is taken out
+WORD = re.compile(r"[^\W\d_]{3,}")  # a word the nearest window is matched on: shorter ones are mostly stop words
 
 
 class SyntheticQuery(BaseModel):
@@ -67,11 +71,22 @@ class TrainingPair(BaseModel):
     source: Source = "llm"
 
 
-def passage_of(texts: PaperTexts, source: Source, paper_id: str, words: int) -> str:
+def passage_of(
+    texts: PaperTexts, source: Source, paper_id: str, words: int, query: str = "", windows: int = 1
+) -> str:
     """How a source shows a paper: title and section queries name the paper's title, so they see bodies only
     (positives and negatives alike, so the model cannot tell them apart by a missing title); the others see the
-    reranker's own title + body passage."""
-    return " ".join(texts.body(paper_id)[:words]) if source in UNTITLED else texts.passage(paper_id, words)
+    reranker's own title + window, the one of its first `windows` sharing most words with `query` (the window a
+    MaxP reranker's score would come from)."""
+    if source in UNTITLED:
+        return " ".join(texts.body(paper_id)[:words])
+    return nearest_window(texts.windows(paper_id, words, windows), query)
+
+
+def nearest_window(windows: Sequence[str], query: str) -> str:
+    """The window sharing most distinct words (lower case, 3+ letters) with `query`, the first on ties."""
+    wanted = set(WORD.findall(query.lower()))
+    return max(windows, key=lambda window: len(wanted.intersection(WORD.findall(window.lower()))))
 
 
 def title_query(texts: PaperTexts, paper_id: str, words: int) -> TrainingQuery | None:
@@ -83,13 +98,20 @@ def title_query(texts: PaperTexts, paper_id: str, words: int) -> TrainingQuery |
 
 
 def inverse_cloze_queries(
-    texts: PaperTexts, paper_id: str, words: int, rng: random.Random, count: int = 1, keep: float = 0.0
+    texts: PaperTexts,
+    paper_id: str,
+    words: int,
+    rng: random.Random,
+    count: int = 1,
+    keep: float = 0.0,
+    windows: int = 1,
 ) -> list[TrainingQuery]:
-    """Up to `count` different sentences of the body's first 2 x `words` words, each a query whose positive is the
-    reranker's title + body view with that sentence taken out, or, at rate `keep`, left in (Lee et al. keep it 10%
-    of the time: a positive that never holds the query's words, against hard negatives mined for sharing them,
-    teaches a reranker that word overlap means irrelevance)."""
-    body = " ".join(texts.body(paper_id)[: 2 * words])
+    """Up to `count` different sentences of the body's first max(2, `windows`) x `words` words, each a query whose
+    positive is the reranker's title + window where the sentence stood (of the first `windows`), with that sentence
+    taken out, or, at rate `keep`, left in (Lee et al. keep it 10% of the time: a positive that never holds the
+    query's words, against hard negatives mined for sharing them, teaches a reranker that word overlap means
+    irrelevance)."""
+    body = " ".join(texts.body(paper_id)[: max(2, windows) * words])
     sentences = SENTENCE_END.split(body)
     usable = [index for index, sentence in enumerate(sentences) if len(sentence.split()) >= MIN_QUERY_WORDS]
     if len(body.split()) < MIN_BODY_WORDS or len(sentences) < 2 or not usable:
@@ -98,10 +120,11 @@ def inverse_cloze_queries(
     made = []
     for chosen in sorted(rng.sample(usable, min(count, len(usable)))):
         left_out = -1 if keep and rng.random() < keep else chosen
-        rest = " ".join(sentence for index, sentence in enumerate(sentences) if index != left_out).split()[:words]
-        positive = f"{title}. {' '.join(rest)}" if title else " ".join(rest)
-        made.append(TrainingQuery(query=sentences[chosen], paper_id=paper_id, positive=positive,
-                                  source="inverse-cloze"))
+        rest = " ".join(sentence for index, sentence in enumerate(sentences) if index != left_out).split()
+        at = len(" ".join(sentences[:chosen]).split())  # where the sentence stood (or stands) in `rest`
+        start = max(start for start in window_starts(len(rest), words, windows) if start <= at)
+        made.append(TrainingQuery(query=sentences[chosen], paper_id=paper_id,
+                                  positive=titled(title, rest[start : start + words]), source="inverse-cloze"))
     return made
 
 
@@ -128,7 +151,7 @@ def corpus_queries(texts: PaperTexts, paper_ids: Sequence[str], settings: Rerank
         title = title_query(texts, paper_id, settings.passage_words)
         queries += [title] if title is not None else []
         queries += inverse_cloze_queries(texts, paper_id, settings.passage_words, rng, settings.train_cloze_per_paper,
-                                         settings.train_cloze_keep)
+                                         settings.train_cloze_keep, settings.cross_encoder_windows)
         queries += section_queries(texts, paper_id, settings.passage_words)
     return queries
 
@@ -211,8 +234,9 @@ def mined_pairs(
             continue  # nothing to contrast the positive with
         pairs.append(TrainingPair(query=query.query, passage=query.positive, label=1.0, source=query.source))
         pairs += [
-            TrainingPair(query=query.query, passage=passage_of(texts, query.source, other, settings.passage_words),
-                         label=0.0, source=query.source)
+            TrainingPair(query=query.query, label=0.0, source=query.source,
+                         passage=passage_of(texts, query.source, other, settings.passage_words, query.query,
+                                            settings.cross_encoder_windows))
             for other in negatives
         ]
     return pairs, dropped
