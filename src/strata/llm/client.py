@@ -103,7 +103,7 @@ class LLMClient:
             for index, (generation, hit), latency in zip(pending, results, latencies, strict=True):
                 prompt = requests[index][0]
                 if isinstance(generation, LLMError):
-                    self._record_failure(trace, prompt, "complete", generation, latency, attempt)
+                    self._record(trace, prompt, "complete", generation, latency, attempt)
                     answers[index] = generation
                     continue
                 try:
@@ -129,7 +129,7 @@ class LLMClient:
         started = time.perf_counter()
         generation, hit = self._generate_many([(prompt.system, prompt.user, None)], options)[0]
         if isinstance(generation, LLMError):
-            self._record_failure(trace, prompt, "complete", generation, time.perf_counter() - started, 0)
+            self._record(trace, prompt, "complete", generation, time.perf_counter() - started, 0)
             raise generation
         self._record(trace, prompt, "complete", generation, time.perf_counter() - started, 0, hit, ok=True)
         return generation.text
@@ -147,7 +147,7 @@ class LLMClient:
             try:
                 scoring, hit = self.backend.score(prompt.system, prompt.user, continuations), False
             except LLMError as error:
-                self._record_failure(trace, prompt, "score", error, time.perf_counter() - started, 0)
+                self._record(trace, prompt, "score", error, time.perf_counter() - started, 0)
                 raise
             if self._cache is not None:
                 self._cache.put(key, scoring.model_dump_json())
@@ -227,61 +227,34 @@ class LLMClient:
         trace: Trace | None,
         prompt: Prompt,
         kind: Literal["complete", "score"],
-        generation: Generation,
+        answer: Generation | LLMError,
         latency_s: float,
         attempt: int,
-        hit: bool,
-        ok: bool,
+        hit: bool = False,
+        ok: bool = True,
     ) -> None:
-        self._trace_call(
-            trace,
-            prompt,
-            kind,
-            latency_s,
-            attempt,
-            tokens_in=generation.tokens_in,
-            tokens_out=generation.tokens_out,
-            transport_retries=0 if hit else generation.transport_retries,
-            cache_hit=hit,
-            ok=ok,
-            timing=None if hit else generation.timing,
-        )
-
-    def _record_failure(
-        self,
-        trace: Trace | None,
-        prompt: Prompt,
-        kind: Literal["complete", "score"],
-        error: LLMError,
-        latency_s: float,
-        attempt: int,
-    ) -> None:
-        """A backend call that failed (dead server, context overflow, ...): traced with no tokens, so a trace counts
-        every call, not only the answered ones."""
-        reason = f"{type(error).__name__}: {error}"
-        self._trace_call(trace, prompt, kind, latency_s, attempt, tokens_in=0, tokens_out=0, ok=False, error=reason)
-
-    def _trace_call(
-        self,
-        trace: Trace | None,
-        prompt: Prompt,
-        kind: Literal["complete", "score"],
-        latency_s: float,
-        attempt: int,
-        **fields: Any,
-    ) -> None:
+        """Trace one call; a failed backend call (dead server, context overflow, ...) too, with no tokens and its
+        error, so a trace counts every call, not only the answered ones."""
         target = trace if trace is not None else active_trace()
         if target is None:
             return
+        generation = answer if isinstance(answer, Generation) else None
+        fresh = generation if not hit else None  # a cache hit cost no retries and no evaluation time
         target.record(
             LLMCall(
                 prompt=prompt.name,
                 kind=kind,
                 backend=self.backend.name,
                 model=self.backend.model,
+                tokens_in=generation.tokens_in if generation else 0,
+                tokens_out=generation.tokens_out if generation else 0,
                 latency_s=latency_s,
                 attempt=attempt,
-                **fields,
+                transport_retries=fresh.transport_retries if fresh else 0,
+                cache_hit=hit,
+                ok=ok and generation is not None,
+                error=None if generation else f"{type(answer).__name__}: {answer}",
+                timing=fresh.timing if fresh else None,
             )
         )
 

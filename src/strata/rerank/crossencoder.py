@@ -3,10 +3,9 @@ train-reranker` saved under the store."""
 
 from __future__ import annotations
 
+from itertools import islice
 from pathlib import Path
 from typing import TYPE_CHECKING
-
-import numpy as np
 
 from strata.config import RerankSettings, Settings
 from strata.documents.model import Ranking
@@ -71,7 +70,7 @@ class CrossEncoderReranker:
         pairs = [(query, window) for paper in windows for window in paper]
         with TORCH_LOCK:  # concurrent requests would oversubscribe torch's process-wide threads
             scores = self.model.predict(pairs, batch_size=self.batch)
-        ends = np.cumsum([len(paper) for paper in windows])
-        best = [float(np.max(scores[end - len(paper) : end])) for paper, end in zip(windows, ends, strict=True)]
+        each = iter(scores)
+        best = [max(float(score) for score in islice(each, len(paper))) for paper in windows]
         order = sorted(range(len(top)), key=lambda index: (-best[index], index))
         return reordered(candidates, [top[index] for index in order], self.name)
