@@ -1159,6 +1159,30 @@ def query_encoder_section(name: str, result: ResultFile) -> str:
     return "\n".join(lines)
 
 
+def evidence_position_section(name: str, result: ResultFile) -> str:
+    details = result.details
+    words = sorted({e.details["words"] for e in result.experiments})
+    windows = sorted({e.details["windows"] for e in result.experiments})
+    seen = {(e.details["words"], e.details["windows"]): e.metrics["rationale_seen"] for e in result.experiments}
+    rows = [[f"{w} words"] + [_score(seen.get((w, n))) for n in windows] for w in words]
+    after = ", ".join(f"{share:.0%} at or after word {word}"
+                      for word, share in details["first_rationale_at_or_after"].items())  # fmt: skip
+    lines = [
+        "### Where SciFact's evidence stands in an abstract (train claims)",
+        "",
+        f"{details['pairs']} (claim, abstract) pairs with rationale sentences; abstracts of median "
+        f"{details['abstract_words']['median']:.0f} words. The first rationale sentence starts at median word "
+        f"{details['first_rationale_word']['median']:.0f}: {after}. Share of pairs where a rationale sentence starts "
+        "inside a window the cross-encoder reads (`rerank.cross_encoder_windows` windows of `rerank.passage_words` "
+        "words; words, before a model's max length cuts word pieces):",
+        "",
+        markdown_table(["window", *(f"{n} window{'s' if n > 1 else ''}" for n in windows)], rows),
+        "",
+    ]
+    lines.append(source_line(name, result))
+    return "\n".join(lines)
+
+
 def query_int8_section(name: str, result: ResultFile) -> str:
     rows = [[e.group or "", e.method, str(e.queries), _score(e.metrics["nDCG@10"]), _score(e.metrics.get("R@100")),
              _paired(e)] for e in result.experiments if e.metrics]  # fmt: skip
@@ -1218,6 +1242,7 @@ SECTIONS: tuple[tuple[str, Section], ...] = (
     ("benchmarks/stair.py", toc_sections),
     ("benchmarks/lit3r_retrieval.py", each_file(lit3r_section)),
     ("benchmarks/corank.py", each_file(corank_section)),
+    ("benchmarks/evidence_position.py", each_file(evidence_position_section)),
     ("benchmarks/read.py", each_file(read_section)),
     ("benchmarks/reliability.py", each_file(reliability_section)),
     ("benchmarks/scale.py", each_file(scale_section)),
