@@ -253,8 +253,8 @@ CLAIMS = (
         "OpenStax ToC-QA, small book psychology-2e", "R@1",
         Measure("stair-cpu.json", "small_psychology-2e-q24p8-gpu/stair/all"),
         (
-            ("the same recipe trained on this CPU (229 steps)", Measure("stair-cpu.json",
-                                                                         "small_psychology-2e-q24p8/stair/all")),
+            ("the same recipe trained on this CPU (8 epochs)", Measure("stair-cpu.json",
+                                                                       "small_psychology-2e-q24p8/stair/all")),
             ("dense leaves", Measure("stair-cpu.json", "small_psychology-2e-q24p8-gpu/dense/all")),
         ),
     ),
