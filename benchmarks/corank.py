@@ -39,9 +39,19 @@ from strata.eval.results import (
 from strata.eval.retrieval import _strict_scores, evaluate_run
 from strata.llm import TraceSummary, tracing
 from strata.stats import paired_p_value
-from strata.rerank.crossencoder import cross_encoder_source, trained_fusion_weight, trained_model_dir
+from strata.rerank.crossencoder import cross_encoder_source, trained_fusion, trained_model_dir
 from strata.rerank.factory import compact_features, make_reranker
-from strata.rerank.fusion import FusedReranker, FusionChoice, TunedFusion, choose_weight, tuned_fusion
+from strata.rerank.fusion import (
+    FusedReranker,
+    FusionChoice,
+    TunedFusion,
+    choose_fusion,
+    choose_score_weight,
+    choose_weight,
+    fuse_scores,
+    reordered_by_scores,
+    tuned_fusion,
+)
 from strata.rerank.model import ranking_calls as only_ranking
 from strata.rerank.permutation import ParseErrors
 from strata.rerank.texts import PaperTexts
@@ -221,6 +231,9 @@ def main() -> None:
     ce_queries = bench.dataset.queries[: args.ce_queries]
     depth = first_stage_depth(args)
     with Corpus.open(settings) as corpus:
+        if not corpus.store.paper_ids():  # else every row reads 0 and training fails far later
+            raise SystemExit(f"no papers under {args.store}: build the SciFact store first "
+                             "(`strata eval matrix --rows cheap`, as `make reproduce` does)")
         searcher = corpus.searcher
         client = corpus.llm if set(args.methods) - {"cross-encoder"} else None  # the cross-encoder needs no LLM
         started = time.perf_counter()
@@ -270,22 +283,27 @@ def cross_encoder(bench: Bench, corpus: Corpus, hybrid, bm25, capped) -> None:
         bench.save()
     unfused = settings.model_copy(update={"rerank": settings.rerank.model_copy(update={"fusion_weight": 1.0})})
     reranker = make_reranker(unfused, corpus.store, method="cross-encoder")
-    # (row suffix, weight, how it was chosen): the written validation split's weight, and a labelled dev split's
-    weights: list[tuple[str, float, dict | None]] = [("", trained_fusion_weight(settings), None)]
+    # (row suffix, fusion, how it was chosen): the written validation split's choice, and a labelled dev split's
+    trained = trained_fusion(settings)
+    fusions: list[tuple[str, FusionChoice | None, dict | None]] = [("", trained, None)]
     if bench.args.ce_dev_queries and not bench.args.ce_train_labelled:  # labelled: those claims chose it already
-        dev = dev_fusion(bench, corpus, reranker)
-        weights.append((" (dev weight)", dev.weight, {"split": "scifact train claims", **dev.model_dump()}))
+        dev, by_mode = dev_fusion(bench, corpus, reranker)
+        tuning = {"split": "scifact train claims", **dev.model_dump(), "by_mode": by_mode}
+        fusions.append((" (dev weight)", dev, tuning))
     baselines = {"hybrid": "hybrid (first stage)", "bm25": "bm25"}
     for name, first, subset in (("hybrid", hybrid, "ce"), ("bm25", bm25, "ce"), ("hybrid", capped, "llm")):
         started = time.perf_counter()
-        rankings = {query_id: reranker.rank(ranking.query, ranking) for query_id, ranking in first.items()}
+        scores = {ranking.query: reranker.scores(ranking.query, ranking) for ranking in first.values()}
         seconds = (time.perf_counter() - started) / max(len(first), 1)
-        bench.row(f"{name} > cross-encoder", rankings, len(first), subset, against=baselines[name],
+        rescored = Rescored({qid: reordered_by_scores(ranking, scores[ranking.query], "cross-encoder")
+                             for qid, ranking in first.items()}, "cross-encoder", scores)  # fmt: skip
+        bench.row(f"{name} > cross-encoder", rescored.by_query_id, len(first), subset, against=baselines[name],
                   seconds_per_query=round(seconds, 2))
-        for suffix, weight, tuning in weights:
-            # Fusion reuses the rescoring above: the same ranks, fused with the first stage at the chosen weight.
-            fusion = FusedReranker(Rescored(rankings, "cross-encoder"), weight, settings.search.rrf_k)
-            fused = {qid: fusion.rank(ranking.query, ranking) for qid, ranking in first.items()}
+        for suffix, fusion, tuning in fusions:
+            # Fusion reuses the rescoring above: the same scores, fused with the first stage as validation chose.
+            weight, mode = (1.0, "rank") if fusion is None else (fusion.weight, fusion.mode)
+            fused_reranker = FusedReranker(rescored, weight, settings.search.rrf_k, mode)
+            fused = {qid: fused_reranker.rank(ranking.query, ranking) for qid, ranking in first.items()}
             bench.row(f"{name} > cross-encoder+fusion{suffix}", fused, len(first), subset, against=baselines[name],
                       tuning=tuning, fusion_weight=weight, seconds_per_query=round(seconds, 2))
 
@@ -339,28 +357,37 @@ def training_corpus(args: argparse.Namespace, settings: Settings, scifact: Corpu
         yield corpus
 
 
-def dev_fusion(bench: Bench, corpus: Corpus, reranker) -> FusionChoice:
-    """The cross-encoder's fusion weight chosen on the first --ce-dev-queries SciFact train claims: a labelled dev
-    split of the same task (never test), against which the written validation split's choice can be judged."""
+def dev_fusion(bench: Bench, corpus: Corpus, reranker) -> tuple[FusionChoice, dict[str, dict]]:
+    """The cross-encoder's fusion chosen on the first --ce-dev-queries SciFact train claims: a labelled dev split of
+    the same task (never test), against which the written validation split's choice can be judged. Also each mode's
+    own choice, so score fusion is reported when ranks win, and ranks when scores win."""
     dev = load_beir(SCIFACT, split="train")
     chosen = {query.id: query.text for query in dev.queries[: bench.args.ce_dev_queries]}
     validation = Validation(chosen, dev.qrels, corpus, first_stage_depth(bench.args))
-    return choose_weight(validation.first, validation.rerank(reranker), validation.query_ndcg, "nDCG@10",
-                         max_p=bench.settings.search.fusion_max_p)
+    scores, max_p = validation.scores(reranker), bench.settings.search.fusion_max_p
+    orders = {qid: fuse_scores(validation.first[qid], scores[qid], 1.0) for qid in scores}
+    by_mode = {"rank": choose_weight(validation.first, orders, validation.query_ndcg, "nDCG@10", max_p=max_p),
+               "score": choose_score_weight(validation.first, scores, validation.query_ndcg, "nDCG@10", max_p=max_p)}
+    fusion = choose_fusion(validation.first, scores, validation.query_ndcg, "nDCG@10", max_p=max_p)
+    return fusion, {mode: choice.model_dump() for mode, choice in by_mode.items()}
 
 
 class Rescored:
-    """A reranker answering with rankings already computed, looked up by query text, so fusing them costs no
-    second rescoring."""
+    """A reranker answering with rankings (and scores, where it has them) already computed, looked up by query text,
+    so fusing them costs no second rescoring."""
 
-    def __init__(self, rankings: dict[str, Ranking], name: str) -> None:
-        self.name = name
+    def __init__(self, rankings: dict[str, Ranking], name: str,
+                 scores: dict[str, dict[str, float]] | None = None) -> None:
+        self.name, self.by_query_id, self.by_text_scores = name, rankings, scores or {}
         self.by_query = {ranking.query: ranking for ranking in rankings.values()}
         if len(self.by_query) != len(rankings):
             raise ValueError("two queries share a text: their rankings cannot be told apart")
 
     def rank(self, query: str, candidates: Ranking) -> Ranking:
         return self.by_query[query]
+
+    def scores(self, query: str, candidates: Ranking) -> dict[str, float]:
+        return self.by_text_scores[query]
 
 
 def features(bench: Bench, store, client, capped: dict[str, Ranking]) -> None:

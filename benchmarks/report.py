@@ -716,7 +716,8 @@ def _cross_encoder_training(training: dict[str, Any]) -> str:
         f"Cross-encoder training{corpus}: queries {training['queries']}, pairs {training['pairs']} "
         f"({training['dropped_false_negatives']} likely false negatives dropped), validation queries "
         f"{training['validation_queries']} (first stage nDCG@10 {training['first_stage_validation']:.4f}); {epochs}; "
-        f"fusion weight {fusion['weight']:g} chosen on validation{_gated(fusion)} (weight: nDCG@10 {curve}); "
+        f"fusion weight {fusion['weight']:g}{_mode(fusion)} chosen on validation{_gated(fusion)} (weight: nDCG@10 "
+        f"{curve}); "
         "generation "
         f"{training['generation_seconds']:.0f} s, training {training['training_seconds']:.0f} s."
     )
@@ -729,6 +730,11 @@ def _fusion_line(fusion: dict[str, Any], candidates: int, orderer: str, where: s
         f"{fusion['weight']:g}, chosen on {fusion['queries']} synthetic dev questions{_gated(fusion)} (dev R@1 by "
         f"weight: {curve})."
     )
+
+
+def _mode(fusion: dict[str, Any]) -> str:
+    """What was fused, where validation could choose min-max scores over ranks (fusion files before that: ranks)."""
+    return f" ({fusion['mode']}s fused)" if "mode" in fusion else ""
 
 
 def _gated(fusion: dict[str, Any]) -> str:
@@ -805,10 +811,13 @@ def _tuned(e: Experiment) -> str:
     '(dev weight)' row's was chosen on a labelled dev split."""
     tuning = e.details["tuning"]
     if "split" in tuning:
-        curve = ", ".join(f"{score:.3f}" for score in tuning["curve"].values())
-        return (f"'(dev weight)' rows: weight {tuning['weight']:g} chosen on {tuning['queries']} {tuning['split']} "
-                f"(labelled, never test) over the hybrid first stage; {tuning['metric']} at weights "
-                f"{', '.join(tuning['curve'])}: {curve}.")  # fmt: skip
+        curves = [(f"{mode}s", choice["curve"]) for mode, choice in tuning.get("by_mode", {}).items()] or [
+            ("", tuning["curve"])]
+        curve = "; ".join(f"{label + ' ' if label else ''}" + ", ".join(f"{score:.3f}" for score in values.values())
+                          for label, values in curves)  # fmt: skip
+        return (f"'(dev weight)' rows: weight {tuning['weight']:g}{_mode(tuning)} chosen on {tuning['queries']} "
+                f"{tuning['split']} (labelled, never test) over the hybrid first stage{_gated(tuning)}; "
+                f"{tuning['metric']} at weights {', '.join(tuning['curve'])}: {curve}.")  # fmt: skip
     fusion = tuning["fusion"]
     spent = ("at weight 0 search keeps the first-stage order and makes no LLM call; the cost columns are those of "
              "measuring the reranker" if not fusion["weight"] else "search pays the cost columns")  # fmt: skip

@@ -13,7 +13,8 @@ from strata.config import LLMSettings, Settings
 from strata.documents.model import Paper
 from strata.llm import LLMClient
 from strata.rerank import FirstStage, make_reranker
-from strata.rerank.crossencoder import CrossEncoderReranker, cross_encoder_source, trained_model_dir
+from strata.rerank.crossencoder import FUSION_FILE, CrossEncoderReranker, cross_encoder_source, trained_model_dir
+from strata.rerank.fusion import FusedReranker, FusionChoice
 from strata.rerank.texts import PaperTexts
 from strata.store.sqlite import CorpusStore
 from strata.train.cross_encoder import fit_cross_encoder, query_groups
@@ -53,6 +54,15 @@ def test_a_trained_cross_encoder_is_saved_under_the_store_and_loads_back(store: 
     result = reranker.rank("zinc trial", first_stage(12))
     assert sorted(c.paper_id for c in result.candidates) == [f"p{n:03d}" for n in range(12)]
     assert result.method == "hybrid>cross-encoder"
+    scores = reranker.scores("zinc trial", first_stage(12))  # its best window's logit, for the top depth
+    assert len(scores) == min(12, settings.rerank.cross_encoder_depth)
+    assert result.paper_ids[: len(scores)] == sorted(scores, key=lambda pid: -scores[pid])
+    # The fusion validation chose is what the factory builds: here scores, at weight 0.5.
+    chosen = FusionChoice(weight=0.5, mode="score", metric="nDCG@10", queries=60, curve={"0": 0.5, "0.5": 0.6})
+    (trained_model_dir(settings) / FUSION_FILE).write_text(chosen.model_dump_json())
+    fused = make_reranker(settings, store, method="cross-encoder")
+    assert isinstance(fused, FusedReranker) and (fused.weight, fused.mode) == (0.5, "score")
+    assert sorted(fused.rank("zinc trial", first_stage(12)).paper_ids) == [f"p{n:03d}" for n in range(12)]
     elsewhere = settings.model_copy(
         update={"rerank": settings.rerank.model_copy(update={"cross_encoder_model": str(tmp_path / "nowhere")})}
     )

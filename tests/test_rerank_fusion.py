@@ -6,8 +6,8 @@ import pytest
 
 from strata.config import Settings
 from strata.documents.model import Candidate, Ranking
-from strata.rerank.crossencoder import FUSION_FILE, trained_fusion_weight
-from strata.rerank.fusion import FusedReranker, FusionChoice, choose_weight, fuse
+from strata.rerank.crossencoder import FUSION_FILE, trained_fusion
+from strata.rerank.fusion import FusedReranker, FusionChoice, choose_fusion, choose_weight, fuse, fuse_scores
 
 
 def ranking(ids: list[str], query: str = "q") -> Ranking:
@@ -79,7 +79,7 @@ def test_a_gain_on_too_few_validation_queries_keeps_the_first_stage():
     many = {qid: Reverse().rank(qid, r) for qid, r in many_first.items()}
     choice = choose_weight(many_first, many, reciprocal_rank(many_gold), "MRR", max_p=0.05)
     assert choice.weight == choice.best_weight and choice.weight > 0.5 and choice.p_value < 0.001
-    assert choice.verdict().startswith(f"fused at weight {choice.weight:g}")
+    assert choice.verdict().startswith(f"ranks fused at weight {choice.weight:g}")
 
 
 def test_the_factory_fuses_any_reranker_and_weight_zero_builds_none():
@@ -106,10 +106,62 @@ def test_a_trained_cross_encoder_brings_its_weight_and_a_configured_one_is_unfus
     model.mkdir()
     (model / "config.json").write_text("{}")
     settings = Settings.load(overrides={"rerank.cross_encoder_dir": str(model)})
-    assert trained_fusion_weight(settings) == 1.0  # trained before fusion existed
-    choice = FusionChoice(weight=0.3, metric="nDCG@10", queries=50, curve={"0": 0.5, "0.3": 0.6})
-    (model / FUSION_FILE).write_text(choice.model_dump_json())
-    assert trained_fusion_weight(settings) == 0.3
+    assert trained_fusion(settings) is None  # trained before fusion existed: the reranker runs alone
+    old = '{"weight": 0.3, "metric": "nDCG@10", "queries": 50, "curve": {"0": 0.5, "0.3": 0.6}}'
+    (model / FUSION_FILE).write_text(old)  # written before fusion had modes: ranks
+    assert trained_fusion(settings) == FusionChoice(weight=0.3, mode="rank", metric="nDCG@10", queries=50,
+                                                    curve={"0": 0.5, "0.3": 0.6})
+    (model / FUSION_FILE).write_text(FusionChoice.model_validate_json(old).model_copy(
+        update={"mode": "score"}).model_dump_json())
+    assert trained_fusion(settings).mode == "score"
     configured = Settings.load(overrides={"rerank.cross_encoder_dir": str(model),
                                           "rerank.cross_encoder_model": str(model)})
-    assert trained_fusion_weight(configured) == 1.0
+    assert trained_fusion(configured) is None
+
+
+class Scores:
+    """A scoring reranker with fixed scores for the top of the candidates."""
+
+    name = "scores"
+
+    def __init__(self, scores: dict[str, float]) -> None:
+        self.fixed = scores
+
+    def scores(self, query: str, candidates: Ranking) -> dict[str, float]:
+        return {pid: score for pid, score in self.fixed.items() if pid in candidates.paper_ids}
+
+    def rank(self, query: str, candidates: Ranking) -> Ranking:
+        order = fuse_scores(candidates, self.scores(query, candidates), 1.0)
+        return ranking(order, query)
+
+
+def test_score_fusion_keeps_the_margins_that_rank_fusion_throws_away():
+    first = ranking(["a", "b", "c", "d"])  # first-stage scores 1, 1/2, 1/3, 1/4
+    # The reranker barely prefers b over a, but is sure c is bad: rank fusion halfway ties a and b, scores do not.
+    sure = {"a": 4.9, "b": 5.0, "c": -10.0}
+    assert fuse_scores(first, sure, 0.0) == ["a", "b", "c", "d"]  # weight 0: the first stage
+    assert fuse_scores(first, sure, 1.0) == ["b", "a", "c", "d"]  # weight 1: the reranker; d, unscored, stays last
+    assert fuse_scores(first, sure, 0.5) == ["a", "b", "c", "d"]  # a's first-stage lead outweighs a 0.1 logit
+    assert fuse_scores(first, {"a": 1.0, "b": 1.0}, 1.0)[:2] == ["a", "b"]  # equal scores: first-stage order
+    assert fuse_scores(first, {}, 0.5) == ["a", "b", "c", "d"]
+    fused = FusedReranker(Scores(sure), 1.0, mode="score").rank("q", first)
+    assert fused.paper_ids == ["b", "a", "c", "d"] and fused.method == "hybrid>scores+score-fusion(1)"
+    with pytest.raises(ValueError, match="gives no scores"):
+        FusedReranker(Reverse(), 0.5, mode="score")
+
+
+def test_validation_chooses_score_fusion_when_the_margins_carry_the_answer():
+    # Twenty queries, each preferring b over a in the reranker: by a hair where the first stage is right (gold a),
+    # by a wide margin where it is wrong (gold b). Ranks cannot tell the two apart; fused scores take only the sure
+    # calls.
+    gold = {f"q{n}": "b" if n % 2 else "a" for n in range(20)}
+    first = {qid: ranking(["a", "b", "c"]) for qid in gold}
+    scores = {qid: {"a": 0.0, "b": 10.0, "c": -1.0} if gold[qid] == "b" else {"a": 4.9, "b": 5.0, "c": -10.0}
+              for qid in gold}
+    choice = choose_fusion(first, scores, reciprocal_rank(gold), "MRR", max_p=0.05)
+    assert choice.mode == "score" and 0.4 < choice.weight < 1 and choice.gain == pytest.approx(0.25)
+    assert choice.verdict().startswith("scores fused")
+    # A reranker that never helps: both modes choose weight 0, and ranks (the default) are kept.
+    useless = {qid: {"a": 1.0, "b": 0.0, "c": 0.5} for qid in gold}
+    kept = choose_fusion(first, useless, reciprocal_rank(gold), "MRR", max_p=0.05)
+    assert kept.weight == 0.0 and kept.mode == "rank"

@@ -432,9 +432,10 @@ class RerankSettings(_Section):
         default=None,
         ge=0.0,
         le=1.0,
-        description="Weight of the reranker's order fused with the first stage's (weighted RRF of ranks; 0 keeps "
-        "the first stage, 1 the reranker alone); unset = the weight train-reranker chose on its validation split "
-        "for a trained cross-encoder, or tune-reranker chose for an LLM reranker on the configured model, else 1",
+        description="Weight of the reranker's order fused with the first stage's (weighted RRF of ranks, or of "
+        "min-max scores where train-reranker chose scores for its cross-encoder; 0 keeps the first stage, 1 the "
+        "reranker alone); unset = the weight train-reranker chose on its validation split for a trained "
+        "cross-encoder, or tune-reranker chose for an LLM reranker on the configured model, else 1",
     )
     pool: int = Field(default=200, ge=1, description="CoRank: first-stage candidates ranked in the coarse stage")
     fine_k: int = Field(default=20, ge=1, description="CoRank: coarse-stage survivors reranked on full text")

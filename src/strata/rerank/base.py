@@ -20,6 +20,16 @@ class Reranker(Protocol):
     def rank(self, query: str, candidates: Ranking) -> Ranking: ...
 
 
+@runtime_checkable
+class ScoringReranker(Reranker, Protocol):
+    """A reranker with a real score per paper (a cross-encoder's logit), so its scores, not only its order, can be
+    fused with the first stage's."""
+
+    def scores(self, query: str, candidates: Ranking) -> dict[str, float]:
+        """The score of each candidate it rescored (the top of `candidates`; the rest keep the first-stage order)."""
+        ...
+
+
 class FirstStage:
     """Keeps the first-stage order: the 'no reranking' choice, and the baseline every reranker is measured against."""
 

@@ -10,8 +10,7 @@ from typing import TYPE_CHECKING
 from strata.config import RerankSettings, Settings
 from strata.documents.model import Ranking
 from strata.encoders.embedder import TORCH_LOCK
-from strata.rerank.fusion import FusionChoice
-from strata.rerank.rerankers import reordered
+from strata.rerank.fusion import FusionChoice, reordered_by_scores
 from strata.rerank.texts import PaperTexts
 
 if TYPE_CHECKING:
@@ -33,14 +32,14 @@ def cross_encoder_source(settings: Settings) -> str | None:
 FUSION_FILE = "fusion.json"  # the fusion weight train-reranker chose on validation, beside the model
 
 
-def trained_fusion_weight(settings: Settings) -> float:
-    """The reranker weight train-reranker chose for the cross-encoder it saved; 1 (the reranker alone) for a
-    configured model or one trained before fusion existed."""
+def trained_fusion(settings: Settings) -> FusionChoice | None:
+    """The fusion train-reranker chose on validation for the cross-encoder it saved; None for a configured model or
+    one trained before fusion existed (the reranker then runs alone)."""
     source = cross_encoder_source(settings)
     chosen = Path(source) / FUSION_FILE if source and not settings.rerank.cross_encoder_model else None
     if chosen is None or not chosen.is_file():
-        return 1.0
-    return FusionChoice.model_validate_json(chosen.read_text(encoding="utf-8")).weight
+        return None
+    return FusionChoice.model_validate_json(chosen.read_text(encoding="utf-8"))
 
 
 class CrossEncoderReranker:
@@ -62,15 +61,18 @@ class CrossEncoderReranker:
         return cls(model, texts, rerank.cross_encoder_depth, rerank.passage_words, rerank.cross_encoder_batch,
                    rerank.cross_encoder_windows)
 
-    def rank(self, query: str, candidates: Ranking) -> Ranking:
+    def scores(self, query: str, candidates: Ranking) -> dict[str, float]:
+        """Each of the top `depth` candidates' best window score."""
         top = candidates.candidates[: self.depth]
-        if not top:
-            return reordered(candidates, [], self.name)
         windows = [self.texts.windows(candidate.paper_id, self.passage_words, self.windows) for candidate in top]
         pairs = [(query, window) for paper in windows for window in paper]
+        if not pairs:
+            return {}
         with TORCH_LOCK:  # concurrent requests would oversubscribe torch's process-wide threads
             scores = self.model.predict(pairs, batch_size=self.batch)
         each = iter(scores)
-        best = [max(float(score) for score in islice(each, len(paper))) for paper in windows]
-        order = sorted(range(len(top)), key=lambda index: (-best[index], index))
-        return reordered(candidates, [top[index] for index in order], self.name)
+        return {candidate.paper_id: max(float(score) for score in islice(each, len(paper)))
+                for candidate, paper in zip(top, windows)}  # fmt: skip
+
+    def rank(self, query: str, candidates: Ranking) -> Ranking:
+        return reordered_by_scores(candidates, self.scores(query, candidates), self.name)

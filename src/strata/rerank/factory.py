@@ -9,7 +9,7 @@ from strata.config import LLM_RERANKERS, Settings
 from strata.encoders.cross_encoder import load_cross_encoder
 from strata.llm import LLMClient
 from strata.rerank.base import FirstStage, Reranker
-from strata.rerank.crossencoder import CrossEncoderReranker, cross_encoder_source, trained_fusion_weight
+from strata.rerank.crossencoder import CrossEncoderReranker, cross_encoder_source, trained_fusion
 from strata.rerank.features import CompactFeatures, ExtractionReport, FeatureCache, features_path
 from strata.rerank.fusion import FusedReranker, tuned_fusion
 from strata.rerank.listwise import ListwiseLLM
@@ -51,9 +51,11 @@ def make_reranker(
     reranker = _reranker(settings, store, client, method)
     if isinstance(reranker, FirstStage):
         return reranker
+    trained = trained_fusion(settings) if isinstance(reranker, CrossEncoderReranker) else None
     if weight is None:
-        weight = trained_fusion_weight(settings) if isinstance(reranker, CrossEncoderReranker) else 1.0
-    return reranker if weight == 1.0 else FusedReranker(reranker, weight, settings.search.rrf_k)
+        weight = 1.0 if trained is None else trained.weight
+    mode = "rank" if trained is None else trained.mode  # a configured weight fuses the mode validation chose
+    return reranker if weight == 1.0 else FusedReranker(reranker, weight, settings.search.rrf_k, mode)
 
 
 @functools.cache  # once per store, reranker and model: search builds its reranker for every query

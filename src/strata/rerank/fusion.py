@@ -1,22 +1,25 @@
 """Fusion with the first stage, so that a reranker can only help: the final order interpolates the reranker's ranks
-with the first stage's, at a weight chosen on a validation split (0 keeps the first-stage order).
+(or scores) with the first stage's, at a weight chosen on a validation split (0 keeps the first-stage order).
 
-Ranks, not scores, are fused: every reranker has ranks (a listwise LLM gives nothing else), and a rank-based
+Ranks are fused by default: every reranker has ranks (a listwise LLM gives nothing else), and a rank-based
 interpolation needs no per-query score normalisation. Each side contributes weight / (k + rank), as weighted
-reciprocal rank fusion (Cormack et al., 2009) with the same `k` as the hybrid first stage.
+reciprocal rank fusion (Cormack et al., 2009) with the same `k` as the hybrid first stage. A reranker with real scores
+(the cross-encoder) can also fuse min-max normalised scores (CombSUM of normalised scores, Lee 1997), which keeps how
+far apart it puts two papers, not only their order; validation chooses between the two.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 from pydantic import BaseModel, Field
 
 from strata.config import Settings
 from strata.documents.model import Ranking
-from strata.rerank.base import Reranker
+from strata.rerank.base import Reranker, ScoringReranker
 from strata.rerank.rerankers import reordered
 from strata.stats import paired_p_value
 
@@ -24,6 +27,7 @@ WEIGHTS: tuple[float, ...] = tuple(step / 10 for step in range(11))  # the grid 
 
 
 Order = Ranking | Sequence[str]  # a paper ranking, or any ids best first (ToC leaves)
+FusionMode = Literal["rank", "score"]
 
 
 def _ids(order: Order) -> Sequence[str]:
@@ -42,19 +46,50 @@ def fuse(first: Order, reranked: Order, weight: float, k: int = 60) -> list[str]
     return [paper_id for _, _, paper_id in sorted(scored, reverse=True)]
 
 
-class FusedReranker:
-    """`inner`'s order fused with the first stage's at `weight` (see `fuse`); weight 0 returns the first stage."""
+def _min_max(values: Sequence[float]) -> list[float]:
+    low, span = min(values), max(values) - min(values)
+    return [(value - low) / span if span else 0.0 for value in values]
 
-    def __init__(self, inner: Reranker, weight: float, k: int = 60) -> None:
+
+def fuse_scores(first: Ranking, scores: Mapping[str, float], weight: float) -> list[str]:
+    """Ids of `first`: those the reranker scored (its top), ordered by (1 - weight) * first-stage score + weight *
+    reranker score, each min-max normalised over them; then the rest in first-stage order. Ties keep the first-stage
+    order, so weight 1 is the reranker's own order and weight 0 the first stage's."""
+    head = [candidate for candidate in first.candidates if candidate.paper_id in scores]
+    if not head:
+        return first.paper_ids
+    mixed = [(1 - weight) * own + weight * theirs for own, theirs in zip(
+        _min_max([candidate.score for candidate in head]), _min_max([scores[c.paper_id] for c in head]))]
+    order = sorted(range(len(head)), key=lambda index: (-mixed[index], index))
+    rest = [paper_id for paper_id in first.paper_ids if paper_id not in scores]
+    return [head[index].paper_id for index in order] + rest
+
+
+def reordered_by_scores(candidates: Ranking, scores: Mapping[str, float], name: str) -> Ranking:
+    """`candidates` reordered by a reranker's scores alone (those it did not score after, in first-stage order)."""
+    by_id = {candidate.paper_id: candidate for candidate in candidates.candidates}
+    return reordered(candidates, [by_id[paper_id] for paper_id in fuse_scores(candidates, scores, 1.0)], name)
+
+
+class FusedReranker:
+    """`inner`'s order (or, in mode 'score', its scores) fused with the first stage's at `weight` (see `fuse` and
+    `fuse_scores`); weight 0 returns the first stage."""
+
+    def __init__(self, inner: Reranker, weight: float, k: int = 60, mode: FusionMode = "rank") -> None:
         if not 0.0 <= weight <= 1.0:
             raise ValueError(f"fusion weight must be within [0, 1], got {weight}")
-        self.inner, self.weight, self.k = inner, weight, k
-        self.name = f"{inner.name}+fusion({weight:g})"
+        if mode == "score" and not isinstance(inner, ScoringReranker):
+            raise ValueError(f"{inner.name} gives no scores to fuse: fuse its ranks (mode 'rank')")
+        self.inner, self.weight, self.k, self.mode = inner, weight, k, mode
+        self.name = f"{inner.name}+{'score-' if mode == 'score' else ''}fusion({weight:g})"
 
     def rank(self, query: str, candidates: Ranking) -> Ranking:
         if self.weight == 0.0 or not candidates.candidates:
             return candidates
-        order = fuse(candidates, self.inner.rank(query, candidates), self.weight, self.k)
+        if isinstance(self.inner, ScoringReranker) and self.mode == "score":
+            order = fuse_scores(candidates, self.inner.scores(query, candidates), self.weight)
+        else:
+            order = fuse(candidates, self.inner.rank(query, candidates), self.weight, self.k)
         by_id = {candidate.paper_id: candidate for candidate in candidates.candidates}
         return reordered(candidates, [by_id[paper_id] for paper_id in order], self.name)
 
@@ -63,6 +98,7 @@ class FusionChoice(BaseModel):
     """The weight a validation split chose, and the curve it was chosen from."""
 
     weight: float = Field(description="Reranker weight in the fusion; 0 = the reranker did not help on validation")
+    mode: FusionMode = Field(default="rank", description="What is fused: ranks (weighted RRF) or min-max scores")
     metric: str = Field(description="The validation measure maximised")
     queries: int = Field(description="Validation queries")
     curve: dict[str, float] = Field(description="Validation score at each weight tried (keys as '%g')")
@@ -82,7 +118,7 @@ class FusionChoice(BaseModel):
         """What the validation split decided, in words."""
         if self.weight:
             p_value = "" if self.p_value is None else f", p {self.p_value:.3f}"
-            return f"fused at weight {self.weight:g} ({self.metric} {self.gain:+.4f}{p_value})"
+            return f"{self.mode}s fused at weight {self.weight:g} ({self.metric} {self.gain:+.4f}{p_value})"
         if self.best_weight and self.p_value is not None:
             gain = self.curve[f"{self.best_weight:g}"] - self.curve["0"]
             return (f"its best weight {self.best_weight:g} gained {self.metric} {gain:+.4f} on {self.queries} "
@@ -99,13 +135,54 @@ def choose_weight(
     k: int = 60,
     max_p: float = 1.0,
 ) -> FusionChoice:
-    """The weight whose fused rankings score best on validation (`score` gives each query's value); ties go to the
-    smaller weight (closer to the first stage), so a reranker that does not help gets weight 0 and changes nothing.
-    The best weight is kept only when its per-query gain over weight 0 has a paired randomization p-value of at most
-    `max_p`: a gain of a few validation queries is noise a small split cannot tell from a loss on new queries."""
-    per_query = {
-        f"{weight:g}": score({qid: fuse(first[qid], reranked[qid], weight, k) for qid in first}) for weight in weights
-    }
+    """The weight whose rank-fused rankings score best on validation (`score` gives each query's value); ties go to
+    the smaller weight (closer to the first stage), so a reranker that does not help gets weight 0 and changes
+    nothing. The best weight is kept only when its per-query gain over weight 0 has a paired randomization p-value of
+    at most `max_p`: a gain of a few validation queries is noise a small split cannot tell from a loss on new
+    queries."""
+    return _choose(lambda weight: {qid: fuse(first[qid], reranked[qid], weight, k) for qid in first},
+                   score, metric, weights, max_p, "rank")  # fmt: skip
+
+
+def choose_fusion(
+    first: Mapping[str, Ranking],
+    scores: Mapping[str, Mapping[str, float]],
+    score: Callable[[Mapping[str, list[str]]], Mapping[str, float]],
+    metric: str,
+    k: int = 60,
+    max_p: float = 1.0,
+) -> FusionChoice:
+    """For a reranker with scores: `choose_weight` for fused ranks and for fused scores, and the mode whose chosen
+    weight scores better on validation (ranks on a tie)."""
+    reranked = {qid: fuse_scores(first[qid], scores[qid], 1.0) for qid in first}
+    by_rank = choose_weight(first, reranked, score, metric, k=k, max_p=max_p)
+    by_score = choose_score_weight(first, scores, score, metric, max_p=max_p)
+    return max((by_score, by_rank), key=lambda choice: (round(choice.curve[f"{choice.weight:g}"], 12),
+                                                        choice.mode == "rank"))  # fmt: skip
+
+
+def choose_score_weight(
+    first: Mapping[str, Ranking],
+    scores: Mapping[str, Mapping[str, float]],
+    score: Callable[[Mapping[str, list[str]]], Mapping[str, float]],
+    metric: str,
+    weights: Sequence[float] = WEIGHTS,
+    max_p: float = 1.0,
+) -> FusionChoice:
+    """`choose_weight` for fused scores (`fuse_scores`)."""
+    return _choose(lambda weight: {qid: fuse_scores(first[qid], scores[qid], weight) for qid in first},
+                   score, metric, weights, max_p, "score")  # fmt: skip
+
+
+def _choose(
+    fused: Callable[[float], dict[str, list[str]]],
+    score: Callable[[Mapping[str, list[str]]], Mapping[str, float]],
+    metric: str,
+    weights: Sequence[float],
+    max_p: float,
+    mode: FusionMode,
+) -> FusionChoice:
+    per_query = {f"{weight:g}": score(fused(weight)) for weight in weights}
     curve = {key: float(np.mean(list(values.values()))) if values else 0.0 for key, values in per_query.items()}
     best = max(weights, key=lambda weight: (round(curve[f"{weight:g}"], 12), -weight))
     p_value = None
@@ -114,8 +191,8 @@ def choose_weight(
         p_value = paired_p_value(np.array([per_query["0"][q] for q in ids]),
                                  np.array([per_query[f"{best:g}"][q] for q in ids]))  # fmt: skip
     chosen = best if p_value is None or p_value <= max_p else 0.0
-    return FusionChoice(weight=chosen, metric=metric, queries=len(first), curve=curve, best_weight=best,
-                        p_value=p_value)  # fmt: skip
+    return FusionChoice(weight=chosen, mode=mode, metric=metric, queries=len(per_query["0"]), curve=curve,
+                        best_weight=best, p_value=p_value)  # fmt: skip
 
 
 class TunedFusion(BaseModel):

@@ -1,6 +1,7 @@
 """Training the cross-encoder reranker from the packaged MiniLM on queries over the user's own corpus (titles,
 inverse cloze, LLM-written queries: `strata.train.pairs`), with a held-out validation split that stops training,
-keeps the best epoch and chooses the fusion weight with the first stage (`strata.rerank.fusion`)."""
+keeps the best epoch and chooses the fusion with the first stage (ranks or scores, and the weight:
+`strata.rerank.fusion`)."""
 
 from __future__ import annotations
 
@@ -25,9 +26,9 @@ from strata.eval.retrieval import evaluate_run
 from strata.llm import LLMClient
 from strata.progress import Progress, tell
 from strata.relate.signals import PaperVectors
-from strata.rerank.base import Reranker
+from strata.rerank.base import Reranker, ScoringReranker
 from strata.rerank.crossencoder import FUSION_FILE, CrossEncoderReranker, trained_model_dir
-from strata.rerank.fusion import FusionChoice, choose_weight
+from strata.rerank.fusion import FusionChoice, choose_fusion, fuse_scores
 from strata.rerank.texts import PaperTexts
 from strata.train.pairs import (
     Similarity,
@@ -135,6 +136,10 @@ class Validation:
             tell(progress, f"{reranker.name} on validation queries", number, len(self.first))
             reranked[qid] = reranker.rank(self.queries[qid], ranking)
         return reranked
+
+    def scores(self, reranker: ScoringReranker) -> dict[str, dict[str, float]]:
+        """The reranker's scores of each validation query's first-stage candidates."""
+        return {qid: reranker.scores(self.queries[qid], ranking) for qid, ranking in self.first.items()}
 
 
 def fit_cross_encoder(
@@ -341,26 +346,26 @@ def fit_and_fuse(
     log: Log = stderr_line,
     progress: Progress | None = None,
 ) -> tuple[list[EpochReport], FusionChoice]:
-    """Train on `pairs` with `validation` choosing the epoch, then the fusion weight on the kept epoch's validation
-    rankings; the model goes to `output` with `fusion.json` (and the pairs) beside it."""
+    """Train on `pairs` with `validation` choosing the epoch, then the fusion (ranks or scores, and the weight) on the
+    kept epoch's validation scores; the model goes to `output` with `fusion.json` (and the pairs) beside it."""
     settings = corpus.settings
     rerank = settings.rerank
     texts = PaperTexts(corpus.store)
-    # Each epoch's validation rerankings, kept so the fusion weight is chosen on the saved (best) epoch's own
-    # rankings instead of loading the model again and rescoring every validation query.
-    scored: list[tuple[float, dict[str, Ranking]]] = []
+    # Each epoch's validation scores, kept so the fusion is chosen on the saved (best) epoch's own scores instead of
+    # loading the model again and rescoring every validation query.
+    scored: list[tuple[float, dict[str, dict[str, float]]]] = []
 
     def validate(model: CrossEncoder) -> float:
-        reranker = CrossEncoderReranker.configured(model, texts, rerank)
-        reranked = validation.rerank(reranker)
-        scored.append((validation.ndcg({qid: r.paper_ids for qid, r in reranked.items()}), reranked))
+        scores = validation.scores(CrossEncoderReranker.configured(model, texts, rerank))
+        scored.append((validation.ndcg({qid: fuse_scores(validation.first[qid], scores[qid], 1.0)
+                                        for qid in scores}), scores))  # fmt: skip
         return scored[-1][0]
 
     chosen: list[FusionChoice] = []
 
     def complete(staged: Path) -> None:
         _, best = max(scored, key=lambda epoch: epoch[0])  # the first best, the epoch fit_cross_encoder kept
-        chosen.append(choose_weight(validation.first, best, validation.query_ndcg, "nDCG@10", k=settings.search.rrf_k,
+        chosen.append(choose_fusion(validation.first, best, validation.query_ndcg, "nDCG@10", k=settings.search.rrf_k,
                                     max_p=settings.search.fusion_max_p))
         (staged / FUSION_FILE).write_text(chosen[0].model_dump_json(indent=2), encoding="utf-8")
         (staged / "training_pairs.jsonl").write_text(
