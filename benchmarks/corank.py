@@ -45,10 +45,8 @@ from strata.rerank.fusion import (
     FusedReranker,
     FusionChoice,
     TunedFusion,
-    choose_fusion,
-    choose_score_weight,
-    choose_weight,
-    fuse_scores,
+    choose_by_mode,
+    preferred,
     reordered_by_scores,
     tuned_fusion,
 )
@@ -295,9 +293,10 @@ def cross_encoder(bench: Bench, corpus: Corpus, hybrid, bm25, capped) -> None:
         started = time.perf_counter()
         scores = {ranking.query: reranker.scores(ranking.query, ranking) for ranking in first.values()}
         seconds = (time.perf_counter() - started) / max(len(first), 1)
-        rescored = Rescored({qid: reordered_by_scores(ranking, scores[ranking.query], "cross-encoder")
-                             for qid, ranking in first.items()}, "cross-encoder", scores)  # fmt: skip
-        bench.row(f"{name} > cross-encoder", rescored.by_query_id, len(first), subset, against=baselines[name],
+        rankings = {qid: reordered_by_scores(ranking, scores[ranking.query], "cross-encoder")
+                    for qid, ranking in first.items()}  # fmt: skip
+        rescored = Rescored(rankings, "cross-encoder", scores)
+        bench.row(f"{name} > cross-encoder", rankings, len(first), subset, against=baselines[name],
                   seconds_per_query=round(seconds, 2))
         for suffix, fusion, tuning in fusions:
             # Fusion reuses the rescoring above: the same scores, fused with the first stage as validation chose.
@@ -364,12 +363,9 @@ def dev_fusion(bench: Bench, corpus: Corpus, reranker) -> tuple[FusionChoice, di
     dev = load_beir(SCIFACT, split="train")
     chosen = {query.id: query.text for query in dev.queries[: bench.args.ce_dev_queries]}
     validation = Validation(chosen, dev.qrels, corpus, first_stage_depth(bench.args))
-    scores, max_p = validation.scores(reranker), bench.settings.search.fusion_max_p
-    orders = {qid: fuse_scores(validation.first[qid], scores[qid], 1.0) for qid in scores}
-    by_mode = {"rank": choose_weight(validation.first, orders, validation.query_ndcg, "nDCG@10", max_p=max_p),
-               "score": choose_score_weight(validation.first, scores, validation.query_ndcg, "nDCG@10", max_p=max_p)}
-    fusion = choose_fusion(validation.first, scores, validation.query_ndcg, "nDCG@10", max_p=max_p)
-    return fusion, {mode: choice.model_dump() for mode, choice in by_mode.items()}
+    by_mode = choose_by_mode(validation.first, validation.scores(reranker), validation.query_ndcg, "nDCG@10",
+                             max_p=bench.settings.search.fusion_max_p)
+    return preferred(by_mode), {mode: choice.model_dump() for mode, choice in by_mode.items()}
 
 
 class Rescored:
@@ -378,7 +374,7 @@ class Rescored:
 
     def __init__(self, rankings: dict[str, Ranking], name: str,
                  scores: dict[str, dict[str, float]] | None = None) -> None:
-        self.name, self.by_query_id, self.by_text_scores = name, rankings, scores or {}
+        self.name, self.by_text_scores = name, scores or {}
         self.by_query = {ranking.query: ranking for ranking in rankings.values()}
         if len(self.by_query) != len(rankings):
             raise ValueError("two queries share a text: their rankings cannot be told apart")

@@ -152,26 +152,30 @@ def choose_fusion(
     k: int = 60,
     max_p: float = 1.0,
 ) -> FusionChoice:
-    """For a reranker with scores: `choose_weight` for fused ranks and for fused scores, and the mode whose chosen
-    weight scores better on validation (ranks on a tie)."""
-    reranked = {qid: fuse_scores(first[qid], scores[qid], 1.0) for qid in first}
-    by_rank = choose_weight(first, reranked, score, metric, k=k, max_p=max_p)
-    by_score = choose_score_weight(first, scores, score, metric, max_p=max_p)
-    return max((by_score, by_rank), key=lambda choice: (round(choice.curve[f"{choice.weight:g}"], 12),
-                                                        choice.mode == "rank"))  # fmt: skip
+    """For a reranker with scores: the mode (of `choose_by_mode`) whose chosen weight scores better on validation
+    (ranks on a tie)."""
+    return preferred(choose_by_mode(first, scores, score, metric, k, max_p))
 
 
-def choose_score_weight(
+def choose_by_mode(
     first: Mapping[str, Ranking],
     scores: Mapping[str, Mapping[str, float]],
     score: Callable[[Mapping[str, list[str]]], Mapping[str, float]],
     metric: str,
-    weights: Sequence[float] = WEIGHTS,
+    k: int = 60,
     max_p: float = 1.0,
-) -> FusionChoice:
-    """`choose_weight` for fused scores (`fuse_scores`)."""
-    return _choose(lambda weight: {qid: fuse_scores(first[qid], scores[qid], weight) for qid in first},
-                   score, metric, weights, max_p, "score")  # fmt: skip
+) -> dict[FusionMode, FusionChoice]:
+    """`choose_weight` for fused ranks (the reranker's order by its scores) and for fused scores (`fuse_scores`)."""
+    reranked = {qid: fuse_scores(first[qid], scores[qid], 1.0) for qid in first}
+    return {"rank": choose_weight(first, reranked, score, metric, k=k, max_p=max_p),
+            "score": _choose(lambda weight: {qid: fuse_scores(first[qid], scores[qid], weight) for qid in first},
+                             score, metric, WEIGHTS, max_p, "score")}  # fmt: skip
+
+
+def preferred(choices: Mapping[FusionMode, FusionChoice]) -> FusionChoice:
+    """The choice whose chosen weight scores best on validation; ranks on a tie."""
+    return max(choices.values(), key=lambda choice: (round(choice.curve[f"{choice.weight:g}"], 12),
+                                                     choice.mode == "rank"))  # fmt: skip
 
 
 def _choose(
