@@ -1192,6 +1192,29 @@ def evidence_position_section(name: str, result: ResultFile) -> str:
     return "\n".join(lines)
 
 
+def signal_fusion_section(name: str, result: ResultFile) -> str:
+    settings = result.settings
+    rows = [[e.group or "", e.method, str(e.queries), _score(e.metrics["nDCG@10"]),
+             ", ".join(f"{signal} {weight:g}" for signal, weight in e.details.get("weights", {}).items()) or "-",
+             _number(e.details.get("p_value"), ".4f")] for e in result.experiments]  # fmt: skip
+    lines = [
+        "### Which first-stage signals to fuse the cross-encoder with (SciFact)",
+        "",
+        f"Min-max normalised scores over the hybrid top {settings['depth']}, summed at the weights that score best on "
+        f"the first {settings['dev_queries']} train claims (dev); the same weights on the 300 test queries. p: paired "
+        "randomization test against the hybrid order on the same split. (scores): min-max normalised scores summed; "
+        "(ranks): 1 / (60 + rank) by each signal summed, as weighted RRF. The cross-encoder is the one trained under "
+        f"`{settings['work']}` by benchmarks/corank.py. Every order is scored exactly as ranked, so the hybrid can read "
+        "slightly higher here than elsewhere, where trec_eval orders papers tied in score by id. The "
+        f"family dev scores best on: **{result.details['dev_pick']}**.",
+        "",
+        markdown_table(["split", "signals", "queries", "nDCG@10", "weights (chosen on dev)", "p vs hybrid"], rows),
+        "",
+    ]
+    lines.append(source_line(name, result))
+    return "\n".join(lines)
+
+
 def query_int8_section(name: str, result: ResultFile) -> str:
     rows = [[e.group or "", e.method, str(e.queries), _score(e.metrics["nDCG@10"]), _score(e.metrics.get("R@100")),
              _paired(e)] for e in result.experiments if e.metrics]  # fmt: skip
@@ -1252,6 +1275,7 @@ SECTIONS: tuple[tuple[str, Section], ...] = (
     ("benchmarks/lit3r_retrieval.py", each_file(lit3r_section)),
     ("benchmarks/corank.py", each_file(corank_section)),
     ("benchmarks/evidence_position.py", each_file(evidence_position_section)),
+    ("benchmarks/signal_fusion.py", each_file(signal_fusion_section)),
     ("benchmarks/read.py", each_file(read_section)),
     ("benchmarks/reliability.py", each_file(reliability_section)),
     ("benchmarks/scale.py", each_file(scale_section)),
