@@ -1204,8 +1204,9 @@ def signal_fusion_section(name: str, result: ResultFile) -> str:
         f"the first {settings['dev_queries']} train claims (dev); the same weights on the 300 test queries. p: paired "
         "randomization test against the hybrid order on the same split. (scores): min-max normalised scores summed; "
         "(ranks): 1 / (60 + rank) by each signal summed, as weighted RRF. The cross-encoder is the one trained under "
-        f"`{settings['work']}` by benchmarks/corank.py. Every order is scored exactly as ranked, so the hybrid can read "
-        "slightly higher here than elsewhere, where trec_eval orders papers tied in score by id. The "
+        f"`{settings['work']}` by benchmarks/corank.py. Every order is scored exactly as ranked, as `strata eval` "
+        "scores since 2026-12-06; result files written before then let trec_eval, which compares scores as 32-bit "
+        "floats, order near-tied papers by id, so their hybrid reads slightly lower. The "
         f"family dev scores best on: **{result.details['dev_pick']}**.",
         "",
         markdown_table(["split", "signals", "queries", "nDCG@10", "weights (chosen on dev)", "p vs hybrid"], rows),

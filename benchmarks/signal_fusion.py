@@ -31,7 +31,7 @@ from corank import arguments as corank_arguments
 from strata.corpus import Corpus
 from strata.eval.beir import BeirDataset, load_beir
 from strata.eval.results import DatasetRef, Experiment, new_result, repo_relative, write_result
-from strata.eval.retrieval import evaluate_run
+from strata.eval.retrieval import order_ndcg
 from strata.rerank.base import ScoringReranker
 from strata.rerank.factory import make_reranker
 from strata.stats import paired_p_value
@@ -126,11 +126,6 @@ def fused_run(rows: Signals, weights: Mapping[str, float], fuse: str = "scores")
     return run
 
 
-def per_query_ndcg(run: Mapping[str, list[str]], qrels: Mapping[str, Mapping[str, int]]) -> dict[str, float]:
-    scored = {qid: {pid: float(len(ids) - rank) for rank, pid in enumerate(ids)} for qid, ids in run.items()}
-    return {qid: values["nDCG@10"] for qid, values in evaluate_run(scored, {q: qrels[q] for q in run})[1].items()}
-
-
 def simplex(names: Sequence[str], step: float) -> Iterator[dict[str, float]]:
     parts = round(1 / step)
     for shares in itertools.product(range(parts + 1), repeat=len(names)):
@@ -146,7 +141,7 @@ def chosen_on_dev(dev: Signals, qrels: Mapping[str, Mapping[str, int]], names: S
                   ) -> tuple[dict[str, float], float]:
     """The weights (and their dev nDCG@10) scoring best on dev; ties: more weight on the hybrid score."""
     step = 0.2 if len(names) > 3 else 0.1
-    scored = [(mean(per_query_ndcg(fused_run(dev, weights, fuse), qrels)), weights) for weights in simplex(names, step)]
+    scored = [(mean(order_ndcg(fused_run(dev, weights, fuse), qrels)), weights) for weights in simplex(names, step)]
     score, weights = max(scored, key=lambda item: (round(item[0], 12), item[1].get("hybrid", 0.0)))
     return weights, score
 
@@ -157,7 +152,7 @@ def main() -> None:
     splits["dev"] = splits["dev"].model_copy(update={"queries": splits["dev"].queries[: args.dev_queries]})
     computed, seconds = signals(args, splits)
     # Every fused order is scored in its exact order (ranks as scores), the hybrid's too.
-    hybrid = {name: per_query_ndcg(fused_run(computed[name], {"hybrid": 1.0}), split.qrels)
+    hybrid = {name: order_ndcg(fused_run(computed[name], {"hybrid": 1.0}), split.qrels)
               for name, split in splits.items()}  # fmt: skip
     experiments = [Experiment(name=f"{name}: hybrid (first stage)", method="hybrid", dataset="scifact", group=name,
                               queries=len(values), metrics={"nDCG@10": round(mean(values), 4)})
@@ -168,7 +163,7 @@ def main() -> None:
             method = family if len(names) == 1 else f"{family} ({fuse})"
             weights, dev_best[method] = chosen_on_dev(computed["dev"], splits["dev"].qrels, names, fuse)
             for name, split in splits.items():
-                values = per_query_ndcg(fused_run(computed[name], weights, fuse), split.qrels)
+                values = order_ndcg(fused_run(computed[name], weights, fuse), split.qrels)
                 ids = sorted(values)
                 p_value = paired_p_value(np.array([hybrid[name][q] for q in ids]), np.array([values[q] for q in ids]))
                 experiments.append(Experiment(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -62,6 +63,18 @@ def test_tied_scores_are_evaluated_in_the_rankings_order() -> None:
     assert evaluate_run({"q": scores}, {"q": {"a": 1}})[1]["q"]["MRR@10"] == 0.5
     # Left tied, trec_eval would apply its own tie order and put 'a' first.
     assert evaluate_run({"q": {"b": 0.5, "a": 0.5}}, {"q": {"a": 1}})[1]["q"]["MRR@10"] == 1.0
+
+
+def test_scores_apart_by_less_than_32_bits_keep_the_rankings_order() -> None:
+    # Two hybrid RRF scores a double's ulp apart (a paper first in BM25 and second in dense, the other the reverse):
+    # trec_eval (nDCG's provider) reads 32-bit floats, sees a tie and puts the larger id ('b') first.
+    first = 0.03252247488101534
+    ranking = Ranking(query="q", method="hybrid", candidates=[
+        Candidate(paper_id="a", score=first, rank=1), Candidate(paper_id="b", score=first - 1e-17, rank=2),
+    ])
+    second_place = 1 / math.log2(3)  # nDCG@10 of the one relevant paper at rank 2
+    assert evaluate_run({"q": _strict_scores(ranking)}, {"q": {"b": 1}})[1]["q"]["nDCG@10"] == pytest.approx(second_place)
+    assert evaluate_run({"q": {"a": first, "b": first - 1e-17}}, {"q": {"b": 1}})[1]["q"]["nDCG@10"] == 1.0
 
 
 def test_bm25_evaluation_end_to_end_writes_a_run_and_reuses_its_store(shared_data: Path, tmp_path: Path) -> None:

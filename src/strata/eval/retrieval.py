@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import math
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import ir_measures
@@ -129,6 +130,13 @@ def evaluate_run(
     return means, per_query
 
 
+def order_ndcg(runs: Mapping[str, Sequence[str]], qrels: Mapping[str, Mapping[str, int]]) -> dict[str, float]:
+    """nDCG@10 of each query's ids in exactly their order (scores from ranks, which no tie rule can reorder)."""
+    scored = {qid: {pid: float(len(ids) - rank) for rank, pid in enumerate(ids)} for qid, ids in runs.items()}
+    judged = {qid: dict(qrels[qid]) for qid in runs}
+    return {qid: values["nDCG@10"] for qid, values in evaluate_run(scored, judged)[1].items()}
+
+
 def format_result(result: RetrievalEvalResult) -> str:
     metrics = "  ".join(f"{name} {value:.4f}" for name, value in result.metrics.items())
     lines = [
@@ -186,13 +194,16 @@ def _run_queries(
 
 
 def _strict_scores(ranking: Ranking) -> dict[str, float]:
-    """Scores that make trec_eval (which orders tied scores by its own rule) see the ranking's exact order: a
-    score tied with its predecessor is nudged one ulp below it."""
+    """Scores that make trec_eval see the ranking's exact order. It compares scores as 32-bit floats and orders ties
+    by document id, so a score that is not below its predecessor at that precision (a tie, or RRF scores a few ulps
+    apart) is set one 32-bit step below it."""
     scores: dict[str, float] = {}
-    previous = math.inf
+    previous = np.float32(np.inf)
     for candidate in ranking.candidates:
-        score = candidate.score if candidate.score < previous else math.nextafter(previous, -math.inf)
-        scores[candidate.paper_id] = score
+        score = np.float32(candidate.score)
+        if not score < previous:
+            score = np.nextafter(previous, np.float32(-np.inf))
+        scores[candidate.paper_id] = float(score)
         previous = score
     return scores
 

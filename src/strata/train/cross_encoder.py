@@ -22,7 +22,7 @@ from strata.corpus import Corpus
 from strata.documents.model import Ranking
 from strata.encoders.cross_encoder import BASE_MODEL
 from strata.encoders.embedder import resolve_model_path
-from strata.eval.retrieval import evaluate_run
+from strata.eval.retrieval import order_ndcg
 from strata.llm import LLMClient
 from strata.progress import Progress, tell
 from strata.relate.signals import PaperVectors
@@ -127,8 +127,7 @@ class Validation:
 
     def query_ndcg(self, runs: Mapping[str, Sequence[str]]) -> dict[str, float]:
         """nDCG@10 of each validation query."""
-        scored = {qid: {pid: float(len(ids) - rank) for rank, pid in enumerate(ids)} for qid, ids in runs.items()}
-        return {qid: values["nDCG@10"] for qid, values in evaluate_run(scored, self.qrels)[1].items()}
+        return order_ndcg(runs, self.qrels)
 
     def rerank(self, reranker: Reranker, progress: Progress | None = None) -> dict[str, Ranking]:
         reranked = {}
