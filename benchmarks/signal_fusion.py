@@ -76,24 +76,32 @@ def query_signals(corpus: Corpus, reranker: ScoringReranker, text: str, depth: i
 
 
 def signals(args: argparse.Namespace, splits: Mapping[str, BeirDataset]) -> tuple[dict[str, Signals], float]:
-    """Every split's signals, from --work's cache when it holds them; and the seconds they took."""
-    cache = args.work / f"signals-{args.dev_queries}-{args.depth}.json"
+    """Every split's signals and the seconds they took. Each query's are appended to a file in --work as computed, so
+    a rerun (more dev claims, other weights, an interrupted run) computes only the queries it lacks."""
+    cache = args.work / f"signals-{args.depth}.jsonl"
+    known = {}
     if cache.is_file():
-        cached = json.loads(cache.read_text())
-        return cached["signals"], cached["seconds"]
-    settings = bench_settings(corank_arguments(["--store", str(args.store), "--work", str(args.work),
-                                                "--ce-depth", str(args.depth), "--passage-words",
-                                                str(args.passage_words), "--ce-windows", str(args.ce_windows)]))
-    started = time.perf_counter()
-    with Corpus.open(settings) as corpus:
-        reranker = make_reranker(settings, corpus.store, method="cross-encoder")  # unfused: bench_settings
-        if not isinstance(reranker, ScoringReranker):
-            raise SystemExit(f"no trained cross-encoder under {args.work}: run benchmarks/corank.py there first")
-        computed = {name: {query.id: query_signals(corpus, reranker, query.text, args.depth, 200)
-                           for query in split.queries} for name, split in splits.items()}  # fmt: skip
-    seconds = time.perf_counter() - started
-    cache.write_text(json.dumps({"signals": computed, "seconds": seconds}))
-    return computed, seconds
+        with cache.open(encoding="utf-8") as lines:
+            known = {(row["split"], row["query_id"]): row for row in map(json.loads, lines)}
+    missing = [(name, query) for name, split in splits.items() for query in split.queries
+               if (name, query.id) not in known]  # fmt: skip
+    if missing:
+        settings = bench_settings(corank_arguments(["--store", str(args.store), "--work", str(args.work),
+                                                    "--ce-depth", str(args.depth), "--passage-words",
+                                                    str(args.passage_words), "--ce-windows", str(args.ce_windows)]))
+        with Corpus.open(settings) as corpus, cache.open("a", encoding="utf-8") as out:
+            reranker = make_reranker(settings, corpus.store, method="cross-encoder")  # unfused: bench_settings
+            if not isinstance(reranker, ScoringReranker):
+                raise SystemExit(f"no trained cross-encoder under {args.work}: run benchmarks/corank.py there first")
+            for name, query in missing:
+                started = time.perf_counter()
+                row = query_signals(corpus, reranker, query.text, args.depth, 200)
+                row |= {"split": name, "query_id": query.id, "seconds": time.perf_counter() - started}
+                out.write(json.dumps(row) + "\n")
+                out.flush()
+                known[(name, query.id)] = row
+    computed = {name: {query.id: known[(name, query.id)] for query in split.queries} for name, split in splits.items()}
+    return computed, sum(row["seconds"] for rows in computed.values() for row in rows.values())
 
 
 def reciprocal_rank(values: Sequence[float | None], k: int = 60) -> np.ndarray:
