@@ -34,6 +34,7 @@ from strata.eval.results import DatasetRef, Experiment, new_result, repo_relativ
 from strata.eval.retrieval import order_ndcg
 from strata.rerank.base import ScoringReranker
 from strata.rerank.factory import make_reranker
+from strata.rerank.fusion import min_max
 from strata.stats import paired_p_value
 
 ROOT = Path(__file__).resolve().parent
@@ -113,15 +114,13 @@ def reciprocal_rank(values: Sequence[float | None], k: int = 60) -> np.ndarray:
     return 1.0 / (k + ranks)
 
 
-NORMALISATIONS = {"scores": lambda values: min_max(values), "ranks": lambda values: reciprocal_rank(values)}
-
-
-def min_max(values: Sequence[float | None]) -> np.ndarray:
+def normalised(values: Sequence[float | None]) -> np.ndarray:
     """Scores scaled to [0, 1] over the head; a paper the signal did not score counts as its lowest."""
-    present = [value for value in values if value is not None]
-    low, high = (min(present), max(present)) if present else (0.0, 0.0)
-    span = high - low
-    return np.array([(value - low) / span if value is not None and span else 0.0 for value in values])
+    lowest = min((value for value in values if value is not None), default=0.0)
+    return np.array(min_max([lowest if value is None else value for value in values]))
+
+
+NORMALISATIONS = {"scores": normalised, "ranks": reciprocal_rank}
 
 
 def fused_run(rows: Signals, weights: Mapping[str, float], fuse: str = "scores") -> dict[str, list[str]]:

@@ -73,7 +73,8 @@ def test_scores_apart_by_less_than_32_bits_keep_the_rankings_order() -> None:
         Candidate(paper_id="a", score=first, rank=1), Candidate(paper_id="b", score=first - 1e-17, rank=2),
     ])
     second_place = 1 / math.log2(3)  # nDCG@10 of the one relevant paper at rank 2
-    assert evaluate_run({"q": _strict_scores(ranking)}, {"q": {"b": 1}})[1]["q"]["nDCG@10"] == pytest.approx(second_place)
+    strict = evaluate_run({"q": _strict_scores(ranking)}, {"q": {"b": 1}})[1]["q"]["nDCG@10"]
+    assert strict == pytest.approx(second_place)
     assert evaluate_run({"q": {"a": first, "b": first - 1e-17}}, {"q": {"b": 1}})[1]["q"]["nDCG@10"] == 1.0
 
 

@@ -7,7 +7,6 @@ which the BEIR parser keeps equal to the corpus `_id`s.
 from __future__ import annotations
 
 import hashlib
-import math
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path

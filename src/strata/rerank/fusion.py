@@ -46,7 +46,8 @@ def fuse(first: Order, reranked: Order, weight: float, k: int = 60) -> list[str]
     return [paper_id for _, _, paper_id in sorted(scored, reverse=True)]
 
 
-def _min_max(values: Sequence[float]) -> list[float]:
+def min_max(values: Sequence[float]) -> list[float]:
+    """`values` scaled to [0, 1] (all 0 when they are equal)."""
     low, span = min(values), max(values) - min(values)
     return [(value - low) / span if span else 0.0 for value in values]
 
@@ -59,7 +60,7 @@ def fuse_scores(first: Ranking, scores: Mapping[str, float], weight: float) -> l
     if not head:
         return first.paper_ids
     mixed = [(1 - weight) * own + weight * theirs for own, theirs in zip(
-        _min_max([candidate.score for candidate in head]), _min_max([scores[c.paper_id] for c in head]))]
+        min_max([candidate.score for candidate in head]), min_max([scores[c.paper_id] for c in head]))]
     order = sorted(range(len(head)), key=lambda index: (-mixed[index], index))
     rest = [paper_id for paper_id in first.paper_ids if paper_id not in scores]
     return [head[index].paper_id for index in order] + rest
