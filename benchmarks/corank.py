@@ -8,7 +8,9 @@ tokens per query; feature extraction cost and cache proof.
 
 The SciFact store is opened read-only (default: the one benchmarks/retrieval.py or `strata eval retrieval` built
 under .strata/eval/); features and the cross-encoder go to --work. The LLM response cache (llm.cache) makes reruns
-cheap. Writes benchmarks/results/corank.json after every method, so a cut-short run keeps what it finished.
+cheap, and every answer also goes to a journal under results/llm-journal/ (--llm-journal): committed, it carries a
+long row's answers to a fresh machine, where the rerun replays them and asks only what is missing. Writes
+benchmarks/results/corank.json after every method, so a cut-short run keeps what it finished.
 """
 
 from __future__ import annotations
@@ -66,6 +68,7 @@ from strata.train.pairs import TrainingQuery, count_by_source, mined_pairs, pass
 ROOT = Path(__file__).resolve().parent
 SCIFACT = ROOT.parent.parent / "shared" / "data" / "scifact" / "beir"
 STORE = ROOT.parent / ".strata" / "eval" / "scifact-ccca1f829cea-6046c948"
+JOURNALS = ROOT / "results" / "llm-journal"  # committed LLM answers, so a long row goes on where the last run stopped
 METHODS = ["corank", "corank-truncated", "random-pool", "listwise", "pointwise", "cross-encoder", "sliding-window"]
 # The weight of every LLM reranker's fused row, declared before any run (equal say for the reranker and the first
 # stage): there is no validation split of LLM-judged queries to choose it on, and choosing it on test would not count.
@@ -116,6 +119,10 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--listwise-answer", choices=("first-token", "generate"), default="first-token",
                         help="rerank.listwise_answer: score each candidate as the first number, or write the ranking")
     parser.add_argument("--llm-threads", type=int, default=1, help="llm.n_threads (1 is faster on a busy machine)")
+    parser.add_argument("--llm-model", default=None, help="llm.model of every LLM reranker (default: llm.model's)")
+    parser.add_argument("--llm-journal", type=Path, default=None,
+                        help="llm.cache_journal; default results/llm-journal/<output's name>.jsonl: commit it, and a "
+                        "rerun on a fresh machine replays the answers it holds")
     return parser.parse_args(argv)
 
 
@@ -125,6 +132,7 @@ def bench_settings(args: argparse.Namespace) -> Settings:
             "store.home": str(args.store),
             "llm.n_threads": args.llm_threads,
             "llm.n_threads_batch": 2,
+            "llm.cache_journal": str(args.llm_journal or JOURNALS / f"{args.output.stem}.jsonl"),
             "rerank.listwise_answer": args.listwise_answer,
             "rerank.pool": args.pool,
             "rerank.fine_k": args.fine_k,
@@ -147,6 +155,7 @@ def bench_settings(args: argparse.Namespace) -> Settings:
             "rerank.cross_encoder_dir": str(args.work / "cross-encoder"),
         }
         | ({} if args.train_validation_share is None else {"rerank.train_validation_share": args.train_validation_share})
+        | ({} if args.llm_model is None else {"llm.model": args.llm_model})
     )
 
 
@@ -156,7 +165,7 @@ class Bench:
         self.settings = bench_settings(args)
         self.dataset = load_beir(SCIFACT)
         self.caps = {name: str(value) if isinstance(value, Path) else value
-                     for name, value in vars(args).items() if name not in ("store", "work", "output")}
+                     for name, value in vars(args).items() if name not in ("store", "work", "output", "llm_journal")}
         self.experiments: dict[str, Experiment] = {}  # this run's rows, by name
         self.details: dict = {}  # first-stage time, feature passes, cross-encoder training
         self.ndcg: dict[str, dict[str, float]] = {}  # per-query nDCG@10 of this run's rows, for paired tests

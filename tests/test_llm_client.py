@@ -107,6 +107,26 @@ def test_the_cache_replays_answers_and_the_trace_marks_hits(tmp_path):
     assert warm.calls[0].cache_hit and warm.calls[0].tokens_out == 7
 
 
+def test_a_committed_journal_replays_answers_on_a_machine_with_an_empty_cache(tmp_path):
+    journal = tmp_path / "repo" / "answers.jsonl"
+    answers = ['{"label": "a", "confidence": 1}', '{"label": "b", "confidence": 1}']
+    other = PROMPT.model_copy(update={"user": "Claim: water is wet."})
+    first = LLMClient(ScriptedBackend(answers), LLMSettings(), ResponseCache(tmp_path / "one.sqlite", journal))
+    first.complete(PROMPT)
+    first.complete(PROMPT)  # a hit: journaled once
+    first.close()
+    lines = journal.read_text().splitlines()
+    assert len(lines) == 1
+    journal.write_text(lines[0] + "\n" + lines[0][:40])  # a run killed mid-write leaves a cut line
+    backend = ScriptedBackend(answers[1:])
+    second = LLMClient(backend, LLMSettings(), ResponseCache(tmp_path / "fresh.sqlite", journal))
+    assert second.complete(PROMPT).label == "a" and backend.requests == []  # replayed from the journal
+    assert second.complete(other).label == "b" and len(backend.requests) == 1  # asked, and journaled on a new line
+    second.close()
+    third = LLMClient(ScriptedBackend([]), LLMSettings(), ResponseCache(tmp_path / "third.sqlite", journal))
+    assert [third.complete(prompt).label for prompt in (PROMPT, other)] == ["a", "b"]
+
+
 def test_cache_keys_separate_models_schemas_and_prompts(tmp_path):
     answers = ['{"label": "x", "confidence": 1}', '{"label": "y", "confidence": 1}']
     client, backend = client_for(answers, tmp_path)

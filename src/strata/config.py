@@ -187,6 +187,11 @@ class LLMSettings(_Section):
         default=Path("~/.cache/strata/llm-cache.sqlite"),
         description="SQLite file of cached responses, keyed by backend, model, prompt text and sampling parameters",
     )
+    cache_journal: Path | None = Field(
+        default=None,
+        description="JSONL file that gets every answer the cache gives or takes, and is read into the cache on start: "
+        "commit it to finish a long benchmark on another machine with the answers already paid for",
+    )
     temperature: float = Field(default=0.0, ge=0, description="Sampling temperature; 0 is greedy and reproducible")
     seed: int = Field(default=0, description="Sampling seed, used when temperature > 0")
     max_tokens: int = Field(default=512, ge=1, description="Most tokens generated per answer")

@@ -286,4 +286,4 @@ def make_client(settings: Settings | LLMSettings, *, cache: bool | None = None) 
 
         backend = OpenAIBackend(llm)
     use_cache = llm.cache if cache is None else cache
-    return LLMClient(backend, llm, ResponseCache(llm.cache_path) if use_cache else None)
+    return LLMClient(backend, llm, ResponseCache(llm.cache_path, llm.cache_journal) if use_cache else None)
