@@ -161,6 +161,15 @@ CLAIMS = (
     ),
     *(
         Claim(
+            f"Pointwise P(yes) reranker on the packaged 1.5B{label}", "SciFact test, 100 queries", "nDCG@10",
+            Measure("corank-pointwise-1.5b.json", f"llm: hybrid > pointwise{suffix}"),
+            (("hybrid first stage", Measure("corank-pointwise-1.5b.json", "llm: hybrid (first stage)")),
+             ("the same on the 0.5B", Measure("corank-pointwise.json", f"llm: hybrid > pointwise{suffix}"))),
+        )
+        for suffix, label in (("", ", alone"), ("+fusion", ", fused with the first stage (weight 0.5 fixed in advance)"))
+    ),
+    *(
+        Claim(
             f"Vanilla listwise reranker, top 20 (embedded 0.5B, first-token answer){label}", "SciFact test",
             "nDCG@10", Measure("corank-listwise.json", f"llm: hybrid > listwise{suffix}"),
             (("hybrid first stage", Measure("corank-listwise.json", "llm: hybrid (first stage)")),),
