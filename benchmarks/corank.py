@@ -31,6 +31,7 @@ from strata.eval.beir import load_beir
 from strata.eval.results import (
     DatasetRef,
     Experiment,
+    QueryRow,
     ResultFile,
     load_result,
     merged,
@@ -223,6 +224,8 @@ class Bench:
         row = Experiment(
             name=f"{subset}: {name}", method=name, dataset="scifact", group=subset, queries=queries,
             metrics={k: round(v, 4) for k, v in metrics.items()}, cost=cost, details=details,
+            per_query=[QueryRow(query_id=query_id, metrics={k: round(v, 6) for k, v in scores.items()})
+                       for query_id, scores in sorted(per_query.items())],  # report.py pairs rows of two runs by them
         )  # fmt: skip
         self.experiments[row.name] = row
         print(row.model_dump_json(), flush=True)

@@ -16,8 +16,11 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
+import numpy as np
+
 from strata.eval.plots import ALL_SCOPE, FIGURES, make_figures
 from strata.eval.results import Experiment, ResultFile, load_results
+from strata.stats import paired_p_value
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -95,6 +98,33 @@ class Claim(NamedTuple):
     metric: str
     system: Measure
     baselines: tuple[tuple[str, Measure], ...]
+
+
+LLM_RERANKERS = (  # corank.py's LLM rows: method, label, the rows it is paired with besides the first stage
+    ("corank", "CoRank reranker", (("vanilla listwise", "listwise"), ("truncated-text control", "corank-truncated"))),
+    ("corank+fusion", "CoRank fused with the first stage (weight 0.5 fixed in advance)",
+     (("vanilla listwise fused", "listwise+fusion"), ("truncated-text control fused", "corank-truncated+fusion"))),
+    ("listwise", "Vanilla listwise reranker, top 20", ()),
+    ("listwise+fusion", "Vanilla listwise fused with the first stage (weight 0.5 fixed in advance)", ()),
+    ("corank-truncated", "CoRank's truncated-text control", ()),
+    ("random-pool", "CoRank's random-pool control", ()),
+    ("sliding-window", "Sliding-window listwise (RankGPT), top 100", ()),
+    ("pointwise+fusion", "Pointwise P(yes) fused with the first stage (weight 0.5 fixed in advance)", ()),
+)
+
+
+def llm_reranker_claims(file: str, where: str) -> list[Claim]:
+    """The LLM rerankers of one 100-query corank.py run (`where`: the model and machine), each against the first
+    stage and CoRank also against vanilla listwise and its truncated control; rows not measured yet are left out."""
+    return [
+        Claim(
+            f"{label} ({where}, pool 100 -> 20)", "SciFact test, 100 queries", "nDCG@10",
+            Measure(file, f"llm: hybrid > {method}"),
+            (("hybrid first stage", Measure(file, "llm: hybrid (first stage)")),
+             *((name, Measure(file, f"llm: hybrid > {baseline}")) for name, baseline in controls)),
+        )
+        for method, label, controls in LLM_RERANKERS
+    ]
 
 
 SCIFACT_FIRST_STAGE = Measure("corank-ce-written.json", "ce: hybrid (first stage)")
@@ -185,25 +215,8 @@ CLAIMS = (
         Measure("corank.json", "llm: hybrid > corank"),
         (("hybrid first stage", Measure("corank.json", "llm: hybrid (first stage)")),),
     ),
-    *(
-        Claim(
-            f"{label} (the 0.5B's weights on an H200 via transformers, pool 100 -> 20)", "SciFact test, 100 queries",
-            "nDCG@10", Measure("corank-gpu.json", f"llm: hybrid > {method}"),
-            (("hybrid first stage", Measure("corank-gpu.json", "llm: hybrid (first stage)")),
-             *((name, Measure("corank-gpu.json", f"llm: hybrid > {baseline}")) for name, baseline in controls)),
-        )
-        for method, label, controls in (
-            ("corank", "CoRank reranker", (("vanilla listwise", "listwise"), ("truncated-text control",
-                                                                              "corank-truncated"))),
-            ("corank+fusion", "CoRank fused with the first stage (weight 0.5 fixed in advance)", ()),
-            ("listwise", "Vanilla listwise reranker, top 20", ()),
-            ("listwise+fusion", "Vanilla listwise fused with the first stage (weight 0.5 fixed in advance)", ()),
-            ("corank-truncated", "CoRank's truncated-text control", ()),
-            ("random-pool", "CoRank's random-pool control", ()),
-            ("sliding-window", "Sliding-window listwise (RankGPT), top 100", ()),
-            ("pointwise+fusion", "Pointwise P(yes) fused with the first stage (weight 0.5 fixed in advance)", ()),
-        )
-    ),
+    *llm_reranker_claims("corank-gpu.json", "the 0.5B's weights on an H200 via transformers"),
+    *llm_reranker_claims("corank-100.json", "the embedded 0.5B on 2 CPU cores"),
     Claim(
         "STAIR (LoRA, trie-constrained ToC decoding)", "OpenStax ToC-QA, small books", "R@1",
         Measure("stair-cpu.json", "small_books_overall/stair/all"),
@@ -393,7 +406,23 @@ def _delta(results: dict[str, ResultFile], claim: Claim, system: Experiment, bas
     paired = system.details.get("paired_test", {})
     if not tests and paired.get("metric") == claim.metric and paired.get("against") == baseline.method:
         tests = [paired]
+    if not tests and (p_value := _paired_rows(system, baseline, claim.metric)) is not None:
+        tests = [{"p_value": p_value}]
     return f"{delta} (p {tests[0]['p_value']:.4f})" if tests else delta
+
+
+def _paired_rows(system: Experiment, baseline: Experiment, metric: str) -> float | None:
+    """The paired test of two rows that carry their per-query scores inline on the same queries (rows of two runs,
+    e.g. two models, that no run tested against each other); None where either lacks them."""
+    rows = [
+        {row.query_id: row.metrics[metric] for row in experiment.per_query if metric in row.metrics}
+        for experiment in (system, baseline)
+        if isinstance(experiment.per_query, list)
+    ]
+    if len(rows) < 2 or not rows[0] or rows[0].keys() != rows[1].keys():
+        return None
+    ids = sorted(rows[0])
+    return paired_p_value(np.array([rows[1][q] for q in ids]), np.array([rows[0][q] for q in ids]))
 
 
 def _tests_system(test: dict[str, Any], system: Experiment) -> bool:

@@ -94,3 +94,19 @@ def test_paths_inside_the_checkout_are_written_relative_so_a_clone_renders_the_s
     assert written.experiments[0].details == {"dir": "."}
     committed = [p for p in RESULTS.rglob("*.json") if "tmp" not in p.relative_to(RESULTS).parts]
     assert not [p.name for p in committed if str(REPO) in p.read_text(encoding="utf-8")]
+
+
+def test_two_runs_rows_with_inline_per_query_scores_get_a_paired_test_and_others_none() -> None:
+    report = load_report()
+
+    def run(name: str, scores: list[float]) -> Experiment:
+        rows = [QueryRow(query_id=f"q{i}", metrics={"nDCG@10": s}) for i, s in enumerate(scores)]
+        return Experiment(name=name, method=name, metrics={"nDCG@10": sum(scores) / len(scores)}, per_query=rows)
+
+    claim = report.Claim("m", "set", "nDCG@10", report.Measure("a.json", "a"), ())
+    better, worse = run("a", [0.9] * 30), run("b", [0.1] * 30)
+    results = {"a.json": new_result("b.py", [better])}
+    assert report._delta(results, claim, better, worse) == "+0.800 (p 0.0002)"
+    fewer = run("b", [0.1] * 29)  # not the same queries: no pairing
+    assert report._delta(results, claim, better, fewer) == "+0.800"
+    assert report._delta(results, claim, better, Experiment(name="c", method="c", metrics={"nDCG@10": 0.5})) == "+0.400"
