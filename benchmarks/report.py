@@ -1241,11 +1241,12 @@ def signal_fusion_section(name: str, result: ResultFile) -> str:
         f"Min-max normalised scores over the hybrid top {settings['depth']}, summed at the weights that score best on "
         f"the first {settings['dev_queries']} train claims (dev); the same weights on the 300 test queries. p: paired "
         "randomization test against the hybrid order on the same split. (scores): min-max normalised scores summed; "
-        "(ranks): 1 / (60 + rank) by each signal summed, as weighted RRF. The cross-encoder is the one trained under "
-        f"`{settings['work']}` by benchmarks/corank.py. Every order is scored exactly as ranked, as `strata eval` "
-        "scores since 2026-12-06; result files written before then let trec_eval, which compares scores as 32-bit "
-        "floats, order near-tied papers by id, so their hybrid reads slightly lower. The "
-        f"family dev scores best on: **{result.details['dev_pick']}**.",
+        "(ranks): 1 / (60 + rank) by each signal summed, as weighted RRF. sentence: the best cosine between the "
+        "query and one sentence of the paper, after its title (MiniLM, untrained). The cross-encoder is the one "
+        f"trained under `{settings['work']}` by benchmarks/corank.py. Every order is scored exactly as ranked, as "
+        "`strata eval` scores since 2026-12-06; result files written before then let trec_eval, which compares "
+        "scores as 32-bit floats, order near-tied papers by id, so their hybrid reads slightly lower. The family dev "
+        f"scores best on: **{result.details['dev_pick']}**.",
         "",
         markdown_table(["split", "signals", "queries", "nDCG@10", "weights (chosen on dev)", "p vs hybrid"], rows),
         "",
