@@ -18,6 +18,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from strata.eval.compare import row_scores
 from strata.eval.plots import ALL_SCOPE, FIGURES, make_figures
 from strata.eval.results import Experiment, ResultFile, load_results
 from strata.stats import paired_p_value
@@ -414,15 +415,17 @@ def _delta(results: dict[str, ResultFile], claim: Claim, system: Experiment, bas
 def _paired_rows(system: Experiment, baseline: Experiment, metric: str) -> float | None:
     """The paired test of two rows that carry their per-query scores inline on the same queries (rows of two runs,
     e.g. two models, that no run tested against each other); None where either lacks them."""
-    rows = [
-        {row.query_id: row.metrics[metric] for row in experiment.per_query if metric in row.metrics}
-        for experiment in (system, baseline)
-        if isinstance(experiment.per_query, list)
-    ]
-    if len(rows) < 2 or not rows[0] or rows[0].keys() != rows[1].keys():
+    if not isinstance(system.per_query, list) or not isinstance(baseline.per_query, list):
         return None
-    ids = sorted(rows[0])
-    return paired_p_value(np.array([rows[1][q] for q in ids]), np.array([rows[0][q] for q in ids]))
+    try:
+        ours = row_scores(system.per_query, metric, system.name)
+        theirs = row_scores(baseline.per_query, metric, baseline.name)
+    except ValueError:  # a row without the claim's metric: nothing to pair
+        return None
+    if not ours or ours.keys() != theirs.keys():
+        return None
+    ids = sorted(ours)
+    return paired_p_value(np.array([theirs[q] for q in ids]), np.array([ours[q] for q in ids]))
 
 
 def _tests_system(test: dict[str, Any], system: Experiment) -> bool:

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 from pydantic import BaseModel, Field
 
-from strata.eval.results import load_result
+from strata.eval.results import QueryRow, load_result
 from strata.stats import DEFAULT_PERMUTATIONS, DEFAULT_SEED, paired_p_value
 
 
@@ -36,12 +36,17 @@ def load_per_query(path: Path, metric: str) -> dict[str, float]:
     with_rows = [rows for e in load_result(path).experiments if isinstance(rows := e.per_query, list)]
     if len(with_rows) != 1:
         raise ValueError(f"{path}: {len(with_rows)} experiments hold per-query rows; a comparison needs exactly one")
+    return row_scores(with_rows[0], metric, str(path))
+
+
+def row_scores(rows: list[QueryRow], metric: str, source: str) -> dict[str, float]:
+    """Each query's `metric` from per-query rows; a row without it is an error naming `source`."""
     scores: dict[str, float] = {}
-    for row in with_rows[0]:
+    for row in rows:
         value = row.metrics.get(metric)
         if value is None:
             available = ", ".join(sorted(row.metrics)) or "none"
-            raise ValueError(f"{path}: query {row.query_id} has no metric {metric!r} (has: {available})")
+            raise ValueError(f"{source}: query {row.query_id} has no metric {metric!r} (has: {available})")
         scores[row.query_id] = value
     return scores
 
