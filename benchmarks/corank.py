@@ -124,7 +124,17 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--llm-journal", type=Path, default=None,
                         help="llm.cache_journal; default results/llm-journal/<output's name>.jsonl: commit it, and a "
                         "rerun on a fresh machine replays the answers it holds")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides", type=key_value,
+                        help="another setting of the first stage, e.g. search.fusion=scores (repeatable; --store must "
+                        "have been built with the same index settings)")
     return parser.parse_args(argv)
+
+
+def key_value(text: str) -> tuple[str, str]:
+    key, equals, value = text.partition("=")
+    if not (key and equals):
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, e.g. search.fusion=scores; got {text!r}")
+    return key, value
 
 
 def bench_settings(args: argparse.Namespace) -> Settings:
@@ -157,6 +167,7 @@ def bench_settings(args: argparse.Namespace) -> Settings:
         }
         | ({} if args.train_validation_share is None else {"rerank.train_validation_share": args.train_validation_share})
         | ({} if args.llm_model is None else {"llm.model": args.llm_model})
+        | dict(args.overrides)
     )
 
 
@@ -193,6 +204,8 @@ class Bench:
             datasets=[DatasetRef(name="scifact", path=repo_relative(SCIFACT, ROOT.parent),
                                  fingerprint=self.dataset.fingerprint, split="test")],
             settings={"caps": self.caps, "rerank": self.settings.rerank.model_dump(mode="json"),
+                      "search": self.settings.search.model_dump(mode="json"),
+                      "embedding": self.settings.index.embedding.model_dump(mode="json"),
                       "llm": {"backend": llm.backend, "model": llm.model, "n_ctx": llm.n_ctx}},
             details=self.details,
         )  # fmt: skip

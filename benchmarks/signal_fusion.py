@@ -34,7 +34,7 @@ from strata.corpus import Corpus
 from strata.eval.beir import BeirDataset, load_beir
 from strata.eval.results import DatasetRef, Experiment, new_result, repo_relative, write_result
 from strata.eval.retrieval import order_ndcg
-from strata.read.synthesize import sentence_spans
+from strata.documents.sentences import sentence_spans
 from strata.rerank.base import ScoringReranker
 from strata.rerank.factory import make_reranker
 from strata.rerank.fusion import min_max

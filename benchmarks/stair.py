@@ -425,8 +425,9 @@ def full_book_baselines(books: dict, settings) -> dict:
             "dense_build_s": time.perf_counter() - built,
         }
         queries += book_queries
-        hybrid = LeafHybrid(bm25, dense, k=settings.search.rrf_k)
-        for method, retriever in (("bm25", bm25), ("dense", dense), ("hybrid", hybrid)):
+        hybrid = LeafHybrid(bm25, dense, settings.search)
+        rrf = LeafHybrid(bm25, dense, settings.search.model_copy(update={"fusion": "rrf"}))  # the earlier default
+        for method, retriever in (("bm25", bm25), ("dense", dense), ("hybrid", hybrid), ("hybrid-rrf", rrf)):
             rankings.setdefault(method, []).extend(retriever.rank(q.question, K) for q in book_queries)
     return {
         "kind": "baselines",
@@ -665,7 +666,7 @@ def small_book_part(setup: SmallBook, key: str, settings, runs, stair_adapter: P
     }
     dense = LeafDense(toc, settings.index.embedding, embedder)
     methods["dense"] = by_scope("dense", queries, [dense.rank(q.question, K) for q in queries], tag)
-    hybrid = LeafHybrid(LeafBM25(toc), dense, k=settings.search.rrf_k)
+    hybrid = LeafHybrid(LeafBM25(toc), dense, settings.search)
     methods["hybrid"] = by_scope("hybrid", queries, [hybrid.rank(q.question, K) for q in queries], tag)
     for run in runs.runs:
         methods[run.method] = by_scope(run.method, queries, [run.rankings[q.query_id] for q in queries], tag)

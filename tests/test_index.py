@@ -279,3 +279,43 @@ def test_a_store_without_reference_entries_keeps_its_indices_when_the_choice_fli
     again = flipped.sync()  # the same chunks either way: nothing to rebuild
     assert again.chunks_added == 0 and again.bm25_size == again.dense_size == store.stats().chunks
     assert read_state(index.dense.state_path, DenseState).vectors_file == vectors
+
+
+def test_sentence_vectors_score_a_chunk_by_its_best_sentence(tmp_path: Path) -> None:
+    import faiss
+
+    long_chunk = "Graphene conducts electricity well. Coral reefs bleach when oceans warm. Bees pollinate crops."
+    papers = [make_paper("mixed", "Assorted findings", long_chunk), PAPERS[2]]
+    scores = {}
+    for sentences in (False, True):
+        store, index = open_index(tmp_path / str(sentences), **{"index.embedding.sentences": sentences})
+        for paper in papers:
+            store.put_paper(paper, "sha")
+        report = index.sync()
+        assert report.dense_size == len(index.dense) == store.stats().chunks == 2
+        loaded = index.dense._current()
+        assert loaded.ntotal == (2 + 3 if sentences else 2)  # the long chunk's three sentences, the short one's none
+        query = BagOfWordsEncoder().embed(["Assorted findings bees pollinate crops"])[0]
+        hits = index.dense.search(query, 10)
+        assert len(hits) == 2 and len({hit.rowid for hit in hits}) == 2  # one hit per chunk, not per vector
+        mixed = index.bm25.rowids_of_papers({"mixed"})[0]
+        scores[sentences] = next(hit.score for hit in hits if hit.rowid == mixed)
+        # Relate's paper vectors and backend moves read each chunk's own vector, not a sentence's.
+        own = BagOfWordsEncoder().embed([index.dense.embedding_text(store.chunks_after(0, limit=10)[0])])[0]
+        assert np.allclose(index.dense.vectors()[mixed], own)
+        store.put_paper(make_paper("mixed", "Assorted findings", "Nothing else."), "sha2")
+        index.sync()
+        assert mixed not in set(faiss.vector_to_array(index.dense._current().id_map).tolist())
+        store.close()
+    assert scores[True] > scores[False] + 0.1  # the sentence about bees matches undiluted
+    _, other = open_index(tmp_path / "True", **{"index.embedding.sentences": False})
+    with pytest.raises(ValueError, match="sentences True"):
+        other.dense.search_text("graphene", 5)
+
+
+def test_sentence_vectors_are_refused_on_postgres_with_a_clear_error() -> None:
+    from strata.index.postgres import PostgresDenseIndex
+
+    settings = Settings.load(overrides={"index.embedding.sentences": True})
+    with pytest.raises(ValueError, match="sentences needs the sqlite backend"):
+        PostgresDenseIndex(None, settings.index)  # type: ignore[arg-type]  # refused before the store is touched

@@ -25,7 +25,7 @@ from strata.eval.retrieval import evaluate_run
 from strata.index import CorpusIndex
 from strata.index.migrate import migrate
 from strata.index.state import ChunkScore, ranked_chunk_scores
-from strata.retrieve.fusion import fuse_row_id_arrays, reciprocal_rank_fusion
+from strata.retrieve.fusion import fuse_row_id_arrays, fuse_score_arrays, reciprocal_rank_fusion
 from strata.retrieve.hybrid import BM25Prefix, HybridSearcher, pairs_as_read
 from strata.retrieve.query_batch import QueryBatcher
 from strata.store import AnyStore, open_store
@@ -97,6 +97,19 @@ def test_every_method_beats_a_trivial_ranking_by_far(subset: Subset) -> None:
     assert ndcg_at_10(subset, "bm25", prf=True) > 0.5
 
 
+@pytest.mark.parametrize("fusion", ["rrf", "scores"])
+def test_both_fusions_rank_at_least_as_well_as_either_side(subset: Subset, fusion: str) -> None:
+    searcher = subset.searcher.with_settings(subset.searcher.settings.model_copy(update={"fusion": fusion}))
+    sides = {method: ndcg_at_10(subset, method) for method in ("bm25", "dense")}
+    run = {query.id: {c.paper_id: c.score for c in searcher.search(query.text, 100).candidates}
+           for query in subset.dataset.queries}
+    fused = evaluate_run(run, subset.dataset.qrels)[0]["nDCG@10"]
+    assert fused > max(sides.values()) - 0.05, (fused, sides)
+    top = searcher.search(subset.dataset.queries[0].text, k=5).candidates[0]
+    # RRF scores are sums of 1 / (60 + rank); scaled scores weigh to at most 1, the best hit at least its weight.
+    assert top.score <= 2 / 61 if fusion == "rrf" else 2 / 61 < top.score <= 1
+
+
 @pytest.mark.parametrize("method", ["bm25", "dense", "hybrid"])
 def test_rankings_are_well_formed_and_their_locators_reproduce_the_text(subset: Subset, method: str) -> None:
     query = subset.dataset.queries[0].text
@@ -161,6 +174,20 @@ def test_rrf_weights_and_repeated_ids() -> None:
     assert fused == [("b", pytest.approx(1 / 3 + 3.0)), ("a", pytest.approx(1.0))]
     with pytest.raises(ValueError, match="weights"):
         reciprocal_rank_fusion([["a"]], weights=[1.0, 2.0])
+
+
+def test_score_fusion_scales_each_side_to_its_hits_and_weights_them() -> None:
+    bm25 = ([1, 2, 3, 2], [10.0, 5.0, 0.0, 1.0])  # 2 repeated: its best score counts
+    dense = ([3, 4], [0.9, 0.5])
+    ids, scores = fuse_score_arrays([bm25, dense], [0.5, 0.5])
+    assert ids.tolist() == [1, 3, 2, 4]  # 1 and 3 tie at 0.5: by id
+    assert scores.tolist() == pytest.approx([0.5, 0.5, 0.25, 0.0])
+    ids, scores = fuse_score_arrays([bm25, dense], [0.0, 1.0])
+    assert ids.tolist() == [3, 1, 2, 4] and scores.tolist() == [1.0, 0.0, 0.0, 0.0]  # BM25 unweighted: ties
+    same = fuse_score_arrays([([7, 8], [2.0, 2.0]), ([], [])], [0.5, 0.5])  # one score for all: each gets full weight
+    assert same[0].tolist() == [7, 8] and same[1].tolist() == [0.5, 0.5]
+    with pytest.raises(ValueError, match="weights"):
+        fuse_score_arrays([bm25], [0.5, 0.5])
 
 
 @given(st.lists(st.lists(st.integers(0, 60), max_size=50), max_size=3), st.integers(0, 100), st.data())

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import numpy as np
 
-from strata.config import EmbeddingSettings, Settings
+from strata.config import EmbeddingSettings, SearchSettings, Settings
 from strata.documents.builder import PaperBuilder
 from strata.documents.parsers import iter_papers
 from strata.eval.toc import load_toc_queries, score_rankings
-from strata.toc.baselines import LeafBM25, LeafDense
+from strata.toc.baselines import LeafBM25, LeafDense, LeafHybrid
 from strata.toc.tree import document_toc
 
 
@@ -75,3 +75,28 @@ def test_leaf_vectors_are_reused_from_the_cache_until_the_text_changes(tmp_path:
         damaged.write_bytes(content)
         assert (LeafDense(earth(" Pilots reroute."), settings, first.embedder, cache).vectors == changed.vectors).all()
     assert not list(cache.glob("*.partial"))
+
+
+def test_with_sentences_a_leaf_also_scores_by_its_best_sentence():
+    toc = earth(" Pilots reroute flights around the plume.")
+    plain = LeafDense(toc, EmbeddingSettings(threads=1))
+    with_sentences = LeafDense(toc, EmbeddingSettings(threads=1, sentences=True), plain.embedder)
+    assert len(with_sentences.vectors) == len(plain.vectors) + 3  # the volcano chunk's sentences; the tides one none
+    query = "Pilots reroute flights around the plume."
+    best = [dense.rank(query, 1).leaves[0] for dense in (plain, with_sentences)]
+    assert [toc.entry(hit.number).title for hit in best] == ["Volcanoes", "Volcanoes"]
+    assert best[1].score > best[0].score + 0.05  # the restated sentence matches undiluted by the chunk
+
+
+def test_leaf_hybrid_fuses_as_the_corpus_search_is_set_to():
+    toc = earth()
+    dense = LeafDense(toc, EmbeddingSettings(threads=1))
+    question = "Why do volcanic ash clouds stop flights?"
+    rankings = {
+        fusion: LeafHybrid(LeafBM25(toc), dense, SearchSettings(fusion=fusion)).rank(question, 2)
+        for fusion in ("rrf", "scores")
+    }
+    assert [hit.number for hit in rankings["rrf"].leaves] == [hit.number for hit in rankings["scores"].leaves]
+    assert toc.entry(rankings["scores"].leaves[0].number).title == "Volcanoes"
+    assert rankings["rrf"].leaves[0].score == 2 / 61  # first on both sides: 1 / (60 + 1) twice
+    assert rankings["scores"].leaves[0].score == 1.0  # the best of both sides, scaled to 1 on each

@@ -90,6 +90,12 @@ class EmbeddingSettings(_Section):
     title_prefix: bool = Field(
         default=True, description="Embed each chunk as its paper's title, a newline, then the chunk text"
     )
+    sentences: bool = Field(
+        default=False,
+        description="Also embed each sentence of a prose chunk with several (after the paper's title, as chunks), "
+        "the chunk's dense score being its best vector's cosine: a query that restates one sentence matches it "
+        "undiluted by the rest of the chunk. Costs ~2-4x the embedding time and vectors of an ingest",
+    )
     backend: Literal["sentence-transformers", "static"] = Field(
         default="sentence-transformers",
         description="'sentence-transformers' runs `model` (MiniLM: ~40 chunks/s on 2 cores); 'static' uses a "
@@ -140,6 +146,15 @@ class SearchSettings(_Section):
     k: int = Field(default=10, ge=1, description="Papers returned")
     depth: int = Field(default=1000, ge=1, description="Chunks fetched from each of BM25 and dense before fusion")
     rrf_k: int = Field(default=60, ge=1, description="Reciprocal rank fusion constant")
+    fusion: Literal["rrf", "scores"] = Field(
+        default="rrf",
+        description="How hybrid search (and hybrid leaf search) combines BM25 and dense: 'rrf' (reciprocal rank "
+        "fusion, k = rrf_k) or 'scores' (each side's scores min-max scaled over its hits, then weighted by "
+        "dense_weight), which keeps how far apart scores are, not only their order",
+    )
+    dense_weight: float = Field(
+        default=0.5, ge=0, le=1, description="Score fusion: the dense side's weight (BM25's is 1 minus it)"
+    )
     fusion_max_p: float = Field(
         default=0.05, gt=0, le=1,
         description="A learned stage (reranker, STAIR adapter) is fused with the first stage only when its gain on "

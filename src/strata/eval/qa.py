@@ -24,7 +24,7 @@ from strata.index.bm25 import english_analyzer
 from strata.llm import TraceSummary
 from strata.progress import Progress, tell
 from strata.read.model import AskResult, Evidence, OptionScore, StageEvent
-from strata.read.synthesize import sentence_spans
+from strata.documents.sentences import sentence_spans
 from strata.read.validate import normalized
 
 # A SciFact claim with rationales is asked as a two-option question: the label is then scored like any multiple

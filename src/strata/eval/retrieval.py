@@ -152,9 +152,11 @@ def _eval_settings(settings: Settings, dataset: BeirDataset, method: Method, sto
     if store_home is None:
         chunking = hashlib.sha256(settings.parsing.chunking.model_dump_json().encode()).hexdigest()[:8]
         name = f"{dataset.name}-{dataset.fingerprint[:12]}-{chunking}"
-        encoder = encoder_identity(settings.index.embedding)
+        embedding = settings.index.embedding
+        encoder = encoder_identity(embedding) + (" with sentences" if embedding.sentences else "")
         if encoder != encoder_identity(EmbeddingSettings()):
-            # Another encoder gets its own store: sharing one would rebuild the default encoder's dense index.
+            # Another encoder (or sentence vectors) gets its own store: sharing one would rebuild the default
+            # encoder's dense index.
             name += "-" + hashlib.sha256(encoder.encode()).hexdigest()[:8]
         store_home = Path(settings.store.home) / "eval" / name
     return settings.model_copy(

@@ -1,12 +1,14 @@
 """Dense retrieval over store chunks with faiss, keyed by the chunk's store row id.
 
 Exact inner-product search (vectors are L2-normalised, so this is cosine) until `hnsw_above` vectors, then an HNSW
-graph. Each save writes a new vectors file and then switches the state file to it, so readers load either the old
+graph. With `embedding.sentences`, a prose chunk's sentences get vectors of their own under the chunk's row id (faiss
+keeps several vectors per id in an IndexIDMap, and removing the id removes them all); a search keeps each chunk's best. Each save writes a new vectors file and then switches the state file to it, so readers load either the old
 index or the new one, never a partial write.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections.abc import Collection, Sequence
@@ -17,6 +19,7 @@ import numpy as np
 from pydantic import Field
 
 from strata.config import EmbeddingSettings, IndexSettings
+from strata.documents.sentences import chunk_sentences
 from strata.encoders.embedder import Embedder, encoder_identity
 from strata.index.state import (
     ChunkScore,
@@ -48,6 +51,10 @@ class DenseState(SyncState):
         description="Encoder the vectors came from: the model setting, or 'static:MODEL:dDIMS' for the static tier"
     )
     title_prefix: bool = Field(description="Whether chunks were embedded with their paper's title")
+    sentences: bool = Field(default=False, description="Whether prose chunks' sentences have vectors of their own")
+    chunks: int | None = Field(
+        default=None, description="Live chunks in the index (with sentence vectors, fewer than its vectors)"
+    )
     dimension: int = 0
     vectors_file: str | None = Field(default=None, description="The current faiss file in the index folder")
     tombstones: list[int] = Field(default_factory=list, description="Removed chunks still inside the HNSW graph")
@@ -67,7 +74,9 @@ class DenseIndex:
 
     def __len__(self) -> int:
         index = self._current()
-        return index.ntotal - len(self._state.tombstones) if index is not None and self._state else 0
+        if index is None or self._state is None:
+            return 0
+        return self._state.chunks if self._state.chunks is not None else index.ntotal - len(self._state.tombstones)
 
     def search_text(self, text: str, depth: int, rowids: Collection[int] | None = None) -> list[ChunkScore]:
         if self._current() is None:
@@ -87,18 +96,26 @@ class DenseIndex:
         if index is None or index.ntotal == 0 or (rowids is not None and not rowids):
             return (), ()
         selector, parts = self._selector(rowids)
+        fetch = self._vectors_for(depth, index.ntotal)
         # faiss's stubs omit SearchParametersHNSW and the keyword constructors its Python wrapper adds.
         if _is_hnsw(index):
             params = faiss.SearchParametersHNSW(  # type: ignore[attr-defined]
-                efSearch=max(self.settings.hnsw_ef_search, depth), sel=selector
+                efSearch=max(self.settings.hnsw_ef_search, fetch), sel=selector
             )
         else:
             params = faiss.SearchParameters(sel=selector) if selector is not None else None  # type: ignore[call-arg]
         query = np.ascontiguousarray(vector, dtype=np.float32).reshape(1, -1)
-        scores, ids = index.search(query, min(depth, index.ntotal), params=params)
+        scores, ids = index.search(query, fetch, params=params)
         del parts  # the selector's parts had to outlive the search
-        found = ids[0] >= 0  # fewer than `depth` vectors are padded with -1
-        return ids[0][found], scores[0][found]
+        found = ids[0] >= 0  # fewer than `fetch` vectors are padded with -1
+        return _best_per_chunk(ids[0][found], scores[0][found], depth)
+
+    def _vectors_for(self, depth: int, total: int) -> int:
+        """Vectors to fetch for `depth` chunks: as many times more as the index has vectors per chunk."""
+        assert self._state is not None
+        if not self._state.sentences or not self._state.chunks:
+            return min(depth, total)
+        return min(total, math.ceil(depth * total / self._state.chunks))
 
     def _selector(self, rowids: Collection[int] | None) -> tuple[faiss.IDSelector | None, list[faiss.IDSelector]]:
         """A selector admitting `rowids` (all when None) minus tombstones, and every part it points to (faiss
@@ -123,10 +140,12 @@ class DenseIndex:
         index = self._current()
         if index is None or self._state is None:
             return None
-        rowids = faiss.vector_to_array(index.id_map).tolist()
+        rowids = faiss.vector_to_array(index.id_map)
         vectors = faiss.downcast_index(index.index).reconstruct_n(0, index.ntotal)
         hidden = set(self._state.tombstones)
-        return {rowid: vectors[row] for row, rowid in enumerate(rowids) if rowid not in hidden}
+        # A chunk's own vector is added before its sentences', so its first row is the chunk's.
+        _, first = np.unique(rowids, return_index=True)
+        return {rowid: vectors[row] for row in first.tolist() if (rowid := int(rowids[row])) not in hidden}
 
     def _current(self) -> faiss.IndexIDMap | None:
         """The saved index, reloaded when another process (or a sync) has switched the state file since."""
@@ -152,15 +171,18 @@ class DenseIndex:
     def _check_compatible(self, state: DenseState) -> None:
         if _identity(state) != self._expected_identity():
             wanted = encoder_identity(self.settings.embedding)
+            embedding = self.settings.embedding
             raise ValueError(
                 f"the dense index in {self.folder} was built with {state.model!r} (title prefix "
-                f"{state.title_prefix}); settings ask for {wanted!r} (title prefix "
-                f"{self.settings.embedding.title_prefix}): re-run `strata ingest` (its index sync rebuilds it)"
+                f"{state.title_prefix}, sentences {state.sentences}); settings ask for {wanted!r} (title prefix "
+                f"{embedding.title_prefix}, sentences {embedding.sentences}): re-run `strata ingest` (its index "
+                "sync rebuilds it)"
             )
 
-    def _expected_identity(self) -> tuple[str, str, bool]:
+    def _expected_identity(self) -> tuple[str, str, bool, bool]:
         # The encoder's identity: the model setting for sentence-transformers, 'static:...' for the static tier.
-        return FORMAT, encoder_identity(self.settings.embedding), self.settings.embedding.title_prefix
+        embedding = self.settings.embedding
+        return FORMAT, encoder_identity(embedding), embedding.title_prefix, embedding.sentences
 
     # writing
 
@@ -190,6 +212,8 @@ class DenseIndex:
                 state.dimension = vectors.shape[1]
                 index = self._empty_index(state.dimension, large=expected > self.settings.hnsw_above)
             index.add_with_ids(vectors, np.array([stored.rowid for stored in batch], dtype=np.int64))
+            if state.sentences:
+                self._add_sentences(index, batch)
             state.chunk_rowid = batch[-1].rowid
             stats.added += len(batch)
             unsaved += len(batch)
@@ -202,12 +226,19 @@ class DenseIndex:
             if stats.added or stats.deleted:
                 index = self._maybe_switch_to_hnsw(index, state)
                 self._save(index, state)
-            stats.size = index.ntotal - len(state.tombstones)
+            stats.size = _live_chunks(index, state.tombstones)
         stats.seconds = time.perf_counter() - started
         return stats
 
     def embedding_text(self, stored: StoredChunk) -> str:
         return embedding_text(stored, self.settings.embedding)
+
+    def _add_sentences(self, index: faiss.IndexIDMap, batch: Sequence[StoredChunk]) -> None:
+        """Vectors of the sentences of `batch`'s prose chunks under their chunk's row id (after the chunks' own)."""
+        owned = [(stored.rowid, text) for stored in batch for text in sentence_texts(stored, self.settings.embedding)]
+        if owned:
+            vectors = np.ascontiguousarray(self.embedder.embed([text for _, text in owned]), dtype=np.float32)
+            index.add_with_ids(vectors, np.array([rowid for rowid, _ in owned], dtype=np.int64))
 
     def _empty_index(self, dimension: int, large: bool) -> faiss.IndexIDMap:
         return faiss.IndexIDMap(self._hnsw(dimension) if large else faiss.IndexFlatIP(dimension))
@@ -220,7 +251,8 @@ class DenseIndex:
     def _load_for_writing(self, store: PaperStore) -> tuple[DenseState, faiss.IndexIDMap | None]:
         state = read_state(self.state_path, DenseState)
         adopt_reference_choice(state, self.settings.reference_entries, store)
-        model, title_prefix = encoder_identity(self.settings.embedding), self.settings.embedding.title_prefix
+        embedding = self.settings.embedding
+        model, title_prefix, sentences = encoder_identity(embedding), embedding.title_prefix, embedding.sentences
         references = self.settings.reference_entries
         if (
             state is None
@@ -229,7 +261,10 @@ class DenseIndex:
             or state.references != references
         ):
             # Nothing saved yet, or vectors from another model, text format or choice of chunks: start over.
-            return DenseState(format=FORMAT, model=model, title_prefix=title_prefix, references=references), None
+            fresh = DenseState(
+                format=FORMAT, model=model, title_prefix=title_prefix, sentences=sentences, references=references
+            )
+            return fresh, None
         return state, _read_index(self.folder / state.vectors_file)
 
     def _remove(
@@ -263,7 +298,7 @@ class DenseIndex:
         rebuilt.add_with_ids(np.ascontiguousarray(vectors[keep]), np.ascontiguousarray(ids[keep]))
         return rebuilt
 
-    def _save(self, index: faiss.Index, state: DenseState) -> None:
+    def _save(self, index: faiss.IndexIDMap, state: DenseState) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
         name = f"vectors-{time.time_ns()}.faiss"
         temp = self.folder / f".{name}.tmp"
@@ -272,6 +307,7 @@ class DenseIndex:
             os.fsync(file.fileno())
         os.replace(temp, self.folder / name)
         state.vectors_file = name
+        state.chunks = _live_chunks(index, state.tombstones)
         write_state(self.state_path, state)
         for old in self.folder.glob("vectors-*.faiss"):
             if old.name != name:
@@ -285,8 +321,27 @@ def embedding_text(stored: StoredChunk, settings: EmbeddingSettings) -> str:
     return stored.chunk.text
 
 
-def _identity(state: DenseState) -> tuple[str, str, bool]:
-    return state.format, state.model, state.title_prefix
+def sentence_texts(stored: StoredChunk, settings: EmbeddingSettings) -> list[str]:
+    """What the encoder reads for each sentence of a prose chunk of several: after the paper's title when
+    `title_prefix` is on, as the chunk's text is."""
+    title = f"{stored.paper_title}\n" if settings.title_prefix and stored.paper_title else ""
+    return [f"{title}{sentence}" for sentence in chunk_sentences(stored.chunk)]
+
+
+def _best_per_chunk(rowids: np.ndarray, scores: np.ndarray, depth: int) -> Hits:
+    """The first (best) hit of each row id among hits sorted best first, at most `depth` of them."""
+    _, first = np.unique(rowids, return_index=True)
+    keep = np.sort(first)[:depth]
+    return rowids[keep], scores[keep]
+
+
+def _live_chunks(index: faiss.IndexIDMap, tombstones: list[int]) -> int:
+    """Chunks with a vector that is not hidden (a chunk with sentence vectors has several)."""
+    return len(set(np.unique(faiss.vector_to_array(index.id_map)).tolist()) - set(tombstones))
+
+
+def _identity(state: DenseState) -> tuple[str, str, bool, bool]:
+    return state.format, state.model, state.title_prefix, state.sentences
 
 
 def _read_index(path: Path) -> faiss.IndexIDMap:

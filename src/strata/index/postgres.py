@@ -270,6 +270,9 @@ class PostgresDenseIndex(_PgIndex):
     name = "dense"
 
     def __init__(self, store: PostgresCorpusStore, settings: IndexSettings) -> None:
+        if settings.embedding.sentences:
+            # chunk_vectors holds one vector per chunk (its primary key): sentence vectors are the faiss index's.
+            raise ValueError("index.embedding.sentences needs the sqlite backend (its faiss index)")
         super().__init__(store)
         self.settings = settings
         self.embedder = Embedder(settings.embedding)

@@ -8,11 +8,8 @@ store; `validate` checks everything again.
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Sequence
-
-import pysbd
 
 from strata.config import ReadSettings
 from strata.index.bm25 import english_analyzer
@@ -20,6 +17,7 @@ from strata.llm import LLMClient, Trace, calibrated_logprobs
 from strata.llm.backend import probabilities
 from strata.read.calculate import calculation_claims
 from strata.documents.model import ChunkHit
+from strata.documents.sentences import sentence_spans
 from strata.read.grounding import OptionGrounding, ground, is_insufficient, states_content
 from strata.read.local import flat, is_reference_entry
 from strata.read.model import (
@@ -321,21 +319,3 @@ def best_window(text: str, about: str, size: int) -> str:
     best = max(range(len(windows)), key=lambda index: (overlap[index], -index))
     start, end = windows[best]
     return text[start:end]
-
-
-def sentence_spans(text: str) -> list[tuple[int, int]]:
-    """(start, end) of each sentence of `text`, whitespace trimmed; found in order so repeats map correctly."""
-    spans, cursor = [], 0
-    for sentence in _segmenter().segment(text):
-        stripped = sentence.strip()
-        start = text.find(stripped, cursor) if stripped else -1
-        if start < 0:
-            continue
-        spans.append((start, start + len(stripped)))
-        cursor = start + len(stripped)
-    return spans
-
-
-@functools.cache
-def _segmenter() -> pysbd.Segmenter:
-    return pysbd.Segmenter(language="en", clean=False)

@@ -52,6 +52,35 @@ def fuse_row_id_arrays(
     return fused[order], scores[order]
 
 
+def fuse_score_arrays(
+    rankings: Sequence[tuple[Sequence[int] | np.ndarray, Sequence[float] | np.ndarray]], weights: Sequence[float]
+) -> tuple[np.ndarray, np.ndarray]:
+    """Convex combination of min-max scaled scores (Bruch et al., 2023, "An analysis of fusion functions for hybrid
+    retrieval"): each ranking's (ids, scores) scaled to [0, 1] over its own hits, an id it did not return counting 0
+    there (its lowest), then weighted and summed; ids and scores best first, ties by id. An id repeated within one
+    ranking counts at its best score."""
+    if len(weights) != len(rankings):
+        raise ValueError(f"{len(weights)} weights for {len(rankings)} rankings")
+    ids: list[np.ndarray] = []
+    terms: list[np.ndarray] = []
+    for (ranking, scores), weight in zip(rankings, weights):
+        values = np.asarray(scores, dtype=np.float64)
+        if not values.size:
+            continue
+        low, span = values.min(), values.max() - values.min()
+        order = np.argsort(-values, kind="stable")
+        unique, first = np.unique(np.asarray(ranking, dtype=np.int64)[order], return_index=True)
+        ids.append(unique)
+        terms.append(weight * ((values[order][first] - low) / span if span > 0 else np.ones(unique.size)))
+    if not ids:
+        return np.zeros(0, dtype=np.int64), np.zeros(0)
+    fused, slot = np.unique(np.concatenate(ids), return_inverse=True)
+    total = np.zeros(fused.size)
+    np.add.at(total, slot, np.concatenate(terms))
+    best = np.lexsort((fused, -total))
+    return fused[best], total[best]
+
+
 def _checked_weights(rankings: Sequence[object], k: int, weights: Sequence[float] | None) -> Sequence[float]:
     if weights is None:
         weights = [1.0] * len(rankings)

@@ -1,4 +1,5 @@
-"""Hybrid search: BM25 and dense over chunks, fused by reciprocal rank fusion, rolled up to papers."""
+"""Hybrid search: BM25 and dense over chunks, fused by reciprocal rank fusion (or by their scaled scores, with
+`search.fusion`), rolled up to papers."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from strata.index import CorpusIndex
 from strata.index.dense import embedding_text
 from strata.index.bm25 import rm3_weights
 from strata.index.state import ChunkScore
-from strata.retrieve.fusion import fuse_row_id_arrays
+from strata.retrieve.fusion import fuse_row_id_arrays, fuse_score_arrays
 from strata.retrieve.protocol import Method
 from strata.store.base import StoredChunk
 from strata.store.protocol import PaperStore
@@ -81,6 +82,11 @@ class HybridSearcher:
             tie_breaker = self.settings.bm25_title_tie_breaker
             return BM25Prefix(lambda depth: self._index.bm25.search(query, depth, paper_ids, tie_breaker),
                               self.settings.depth)
+        if method == "hybrid" and self.settings.fusion == "scores":
+            sides = [self.bm25_chunks(query, prf, paper_ids), self.dense_chunks(query, paper_ids, query_vector)]
+            scored = [(np.array([hit.rowid for hit in hits]), np.array([hit.score for hit in hits])) for hits in sides]
+            weight = self.settings.dense_weight
+            return pairs_as_read(*fuse_score_arrays(scored, [1 - weight, weight]))
         if method == "hybrid":
             lists = [self._bm25_rowids(query, prf, paper_ids), self._dense_rowids(query, paper_ids, query_vector)]
             return pairs_as_read(*fuse_row_id_arrays(lists, k=self.settings.rrf_k))

@@ -3,7 +3,7 @@
 BM25 uses the corpus index's analyser and field combination (Strata's English chain; leaf text and leaf path
 scored like BEIR's multi-field baseline) on an in-memory tantivy index. Dense scores a leaf by its best chunk
 (MaxP), each chunk embedded after its leaf's path, as the corpus index prefixes chunks with their paper's title.
-Hybrid fuses the two by reciprocal rank fusion, as the corpus search does. Dense leaf vectors can be kept in a folder
+Hybrid fuses the two as the corpus search does (`search.fusion`). Dense leaf vectors can be kept in a folder
 (`strata toc` keeps them under the store home): a whole book takes minutes to embed on a CPU, and a document's
 second question should not wait for that again.
 """
@@ -21,10 +21,11 @@ import numpy as np
 import tantivy
 from tantivy import Occur, Query
 
-from strata.config import EmbeddingSettings
+from strata.config import EmbeddingSettings, SearchSettings
+from strata.documents.sentences import chunk_sentences
 from strata.index.bm25 import ANALYZER, FIELDS, TITLE_TIE_BREAKER, english_analyzer
 from strata.encoders.embedder import Embedder
-from strata.retrieve.fusion import reciprocal_rank_fusion
+from strata.retrieve.fusion import fuse_score_arrays, reciprocal_rank_fusion
 from strata.toc.model import DocumentToc, LeafRanking, TocEntry
 
 PATH_SEPARATOR = " > "
@@ -96,7 +97,10 @@ class LeafDense:
         texts: list[str] = []
         owners: list[int] = []
         for position, leaf in enumerate(self.leaves):
-            for text in [chunk.text for chunk in toc.leaf_chunks.get(leaf.number, [])] or [""]:
+            chunks = toc.leaf_chunks.get(leaf.number, [])
+            # With `sentences`, a prose chunk's sentences count too, as in the corpus's dense index.
+            sentences = [text for chunk in chunks for text in chunk_sentences(chunk)] if settings.sentences else []
+            for text in [*([chunk.text for chunk in chunks] or [""]), *sentences]:
                 texts.append(f"{PATH_SEPARATOR.join(leaf.path)}\n{text}")
                 owners.append(position)
         self.vectors = self._vectors(texts, cache, toc.paper_id)
@@ -142,10 +146,11 @@ class LeafDense:
 
 
 class LeafHybrid:
-    """BM25 and dense over every leaf, fused by reciprocal rank fusion (`k` as the corpus search's rrf_k)."""
+    """BM25 and dense over every leaf, fused as the corpus search fuses them (`search.fusion`: reciprocal rank fusion
+    with its rrf_k, or their scaled scores at its dense_weight)."""
 
-    def __init__(self, bm25: LeafBM25, dense: LeafDense, k: int = 60) -> None:
-        self.bm25, self.dense, self.k = bm25, dense, k
+    def __init__(self, bm25: LeafBM25, dense: LeafDense, search: SearchSettings | None = None) -> None:
+        self.bm25, self.dense, self.search = bm25, dense, search or SearchSettings()
         self.by_number = {leaf.number: leaf for leaf in bm25.leaves}
 
     @classmethod
@@ -154,14 +159,22 @@ class LeafHybrid:
         toc: DocumentToc,
         settings: EmbeddingSettings,
         embedder: Embedder | None = None,
-        k: int = 60,
+        search: SearchSettings | None = None,
         cache: Path | None = None,
     ) -> LeafHybrid:
-        return cls(LeafBM25(toc), LeafDense(toc, settings, embedder, cache), k)
+        return cls(LeafBM25(toc), LeafDense(toc, settings, embedder, cache), search)
 
     def rank(self, query: str, k: int) -> LeafRanking:
         started = time.perf_counter()
         every = len(self.by_number)
-        sides = [[leaf.number for leaf in side.rank(query, every).leaves] for side in (self.bm25, self.dense)]
-        fused = reciprocal_rank_fusion(sides, self.k)[:k]
+        sides = [side.rank(query, every).leaves for side in (self.bm25, self.dense)]
+        if self.search.fusion == "scores":
+            position = {number: index for index, number in enumerate(self.by_number)}  # integer ids to fuse
+            scored = [([position[leaf.number] for leaf in side], [leaf.score for leaf in side]) for side in sides]
+            weight = self.search.dense_weight
+            ids, scores = fuse_score_arrays(scored, [1 - weight, weight])
+            numbers = list(self.by_number)
+            fused = [(numbers[index], float(score)) for index, score in zip(ids.tolist(), scores.tolist())][:k]
+        else:
+            fused = reciprocal_rank_fusion([[leaf.number for leaf in side] for side in sides], self.search.rrf_k)[:k]
         return _ranking(query, "hybrid", [(self.by_number[number], score) for number, score in fused], started)

@@ -161,14 +161,14 @@ def leaf_search(settings: Settings, toc: DocumentToc) -> LeafHybrid | LeafBM25:
     """Leaf search without any model of the document's own: hybrid, or BM25 where the corpus has no dense index."""
     if not settings.index.dense:
         return LeafBM25(toc)
-    return LeafHybrid.over(toc, settings.index.embedding, k=settings.search.rrf_k, cache=leaf_vectors(settings))
+    return LeafHybrid.over(toc, settings.index.embedding, search=settings.search, cache=leaf_vectors(settings))
 
 
 def fused_retriever(
     settings: Settings, toc: DocumentToc, model: Any, encoder: PromptEncoder, adapt_toc: bool, weight: float
 ) -> FusedTocRetriever:
     """The fused ToC retriever of a trained STAIR adapter on `toc` (`strata.toc.fused`)."""
-    hybrid = LeafHybrid.over(toc, settings.index.embedding, k=settings.search.rrf_k, cache=leaf_vectors(settings))
+    hybrid = LeafHybrid.over(toc, settings.index.embedding, search=settings.search, cache=leaf_vectors(settings))
     adapter = AdapterOrder(model, encoder, toc, "stair", adapt_toc)
     return FusedTocRetriever(hybrid, adapter, settings.toc.fusion_candidates, weight, settings.search.rrf_k)
 
