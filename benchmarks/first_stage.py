@@ -107,10 +107,12 @@ def main() -> None:
                 details = {"dense_weight": chosen, "dev_curve": curve} if curve else {}
                 experiments.append(experiment(name, split_name, per_query, seconds, baseline.get(split_name), details))
                 baseline.setdefault(split_name, per_query)  # the first variant is the default: chunk vectors, RRF
-                print(f"{split_name:4} {name:25} dense weight {chosen} nDCG@10 {experiments[-1].metrics['nDCG@10']:.4f}  "
-                      f"p {experiments[-1].details.get('paired_test', {}).get('p_value', float('nan')):.4f}", flush=True)
-    datasets = [DatasetRef(name="scifact", path=repo_relative(SCIFACT, ROOT.parent), fingerprint=splits["test"].fingerprint,
-                           split="train (dev) and test")]
+                row = experiments[-1]
+                p_value = row.details.get("paired_test", {}).get("p_value", float("nan"))
+                print(f"{row.name:32} dense weight {chosen} nDCG@10 {row.metrics['nDCG@10']:.4f}  p {p_value:.4f}",
+                      flush=True)
+    datasets = [DatasetRef(name="scifact", path=repo_relative(SCIFACT, ROOT.parent),
+                           fingerprint=splits["test"].fingerprint, split="train (dev) and test")]
     write_result(new_result("benchmarks/first_stage.py", experiments, datasets=datasets), args.output)
     print(f"wrote {args.output}")
 

@@ -2,7 +2,8 @@
 
 Exact inner-product search (vectors are L2-normalised, so this is cosine) until `hnsw_above` vectors, then an HNSW
 graph. With `embedding.sentences`, a prose chunk's sentences get vectors of their own under the chunk's row id (faiss
-keeps several vectors per id in an IndexIDMap, and removing the id removes them all); a search keeps each chunk's best. Each save writes a new vectors file and then switches the state file to it, so readers load either the old
+keeps several vectors per id in an IndexIDMap, and removing the id removes them all); a search keeps each chunk's
+best. Each save writes a new vectors file and then switches the state file to it, so readers load either the old
 index or the new one, never a partial write.
 """
 
@@ -170,8 +171,8 @@ class DenseIndex:
 
     def _check_compatible(self, state: DenseState) -> None:
         if _identity(state) != self._expected_identity():
-            wanted = encoder_identity(self.settings.embedding)
             embedding = self.settings.embedding
+            wanted = encoder_identity(embedding)
             raise ValueError(
                 f"the dense index in {self.folder} was built with {state.model!r} (title prefix "
                 f"{state.title_prefix}, sentences {state.sentences}); settings ask for {wanted!r} (title prefix "
