@@ -227,7 +227,8 @@ class DenseIndex:
             if stats.added or stats.deleted:
                 index = self._maybe_switch_to_hnsw(index, state)
                 self._save(index, state)
-            stats.size = _live_chunks(index, state.tombstones)
+            # _save counted them; an index saved before chunks were counted is counted here
+            stats.size = state.chunks if state.chunks is not None else _live_chunks(index, state.tombstones)
         stats.seconds = time.perf_counter() - started
         return stats
 
