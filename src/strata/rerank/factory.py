@@ -70,8 +70,9 @@ def _reranker(settings: Settings, store: PaperStore, client: LLMClient | None, m
     rerank = settings.rerank
     texts = PaperTexts(store)
     if method == "default":
-        # A cross-encoder trained on the corpus alone still ranks below the first stage (SciFact test nDCG@10 0.606 vs
-        # 0.715; fused 0.716, p 0.79: benchmarks/results/corank-ce.json), so only a user-named model is the default.
+        # A cross-encoder trained on the corpus alone still ranks below the first stage (SciFact test nDCG@10 0.657 vs
+        # 0.731; fused at a dev-chosen weight 0.735, p 0.18: results/corank-ce-sentences.json), so only a user-named
+        # model is the default.
         method = "cross-encoder" if rerank.cross_encoder_model else "first-stage"
     if method == "first-stage":
         return FirstStage()
