@@ -13,7 +13,7 @@ from strata.cli import build_parser
 from strata.config import Settings
 from strata.experiments.stores import compare_stores
 from strata.pipeline.ingest import ingest
-from strata.rerank.features import FeatureCache, features_path
+from strata.rerank.features import feature_cache
 from strata.rerank.texts import PaperTexts
 from strata.store import open_store
 
@@ -33,7 +33,7 @@ def settings_for(home: Path) -> Settings:
 
 def features_of(settings: Settings) -> dict[str, tuple[str, bytes, bytes]]:
     with open_store(settings) as store:
-        texts, cache = PaperTexts(store), FeatureCache(features_path(settings))
+        texts, cache = PaperTexts(store), feature_cache(settings)
         found = {pid: cache.get(pid, texts.content_hash(pid)) for pid in store.paper_ids()}
         cache.close()
     return {pid: stored.packed() for pid, stored in found.items() if stored is not None}

@@ -23,6 +23,7 @@ from strata.store.sqlite import CorpusStore
 SECTION_LINE = re.compile(r"^\[\d+\] [^:]*: (.*)$", re.MULTILINE)
 TITLE = "Zinc and colds"
 ABSTRACT = "Zinc lozenges shorten colds. We test them in a trial."
+EXTRACTOR = "fake-llm\x00hash-encoder\x0020"
 
 
 class SectionsBackend(RankingBackend):
@@ -81,7 +82,7 @@ def store(tmp_path: Path):
 
 
 def features_of(store: CorpusStore, backend: RankingBackend, tmp_path: Path, **settings) -> CompactFeatures:
-    cache = FeatureCache(tmp_path / "features.sqlite3")
+    cache = FeatureCache(tmp_path / "features.sqlite3", EXTRACTOR)
     return CompactFeatures(cache, PaperTexts(store), HashEmbedder(), RerankSettings(**settings), client_with(backend))
 
 

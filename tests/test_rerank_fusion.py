@@ -119,6 +119,18 @@ def test_a_trained_cross_encoder_brings_its_weight_and_a_configured_one_is_unfus
     assert trained_fusion(configured) is None
 
 
+def test_a_cross_encoder_whose_validation_kept_the_first_stage_is_never_loaded(tmp_path):
+    from strata.rerank import FirstStage, make_reranker
+
+    model = tmp_path / "ce"
+    model.mkdir()
+    (model / "config.json").write_text("{}")  # no weights: loading it would fail
+    kept = FusionChoice(weight=0.0, metric="nDCG@10", queries=50, curve={"0": 0.6, "0.3": 0.61})
+    (model / FUSION_FILE).write_text(kept.model_dump_json())
+    settings = Settings.load(overrides={"rerank.cross_encoder_dir": str(model)})
+    assert isinstance(make_reranker(settings, store=None, method="cross-encoder"), FirstStage)
+
+
 class Scores:
     """A scoring reranker with fixed scores for the top of the candidates."""
 

@@ -13,7 +13,7 @@ import pytest
 
 from strata.config import LLMSettings, RerankSettings, Settings
 from strata.documents.model import Candidate, Paper, Ranking
-from strata.llm import ContinuationScore, Generation, LLMClient, Scoring, tracing
+from strata.llm import ContinuationScore, Generation, LLMClient, LLMError, Scoring, tracing
 from strata.rerank import FirstStage, make_reranker
 from strata.rerank.features import CompactFeatures, FeatureCache
 from strata.rerank.listwise import ListwiseLLM, estimated_tokens
@@ -29,6 +29,7 @@ from strata.store.sqlite import CorpusStore
 
 LINE = re.compile(r"^\[(\d+)\] (.*)$", re.MULTILINE)
 GRADE = re.compile(r"grade(\d+)")
+EXTRACTOR = "fake-llm\x00hash-encoder\x00300"
 
 
 class RankingBackend:
@@ -166,6 +167,14 @@ def test_an_unparseable_listwise_answer_keeps_the_prior_order_and_is_counted():
     assert (llm.errors.unusable, llm.errors.duplicates, llm.errors.unknown, llm.errors.answers) == (1, 1, 1, 2)
 
 
+def test_first_token_calibration_asks_the_same_question_with_blank_documents():
+    backend = RankingBackend()
+    llm = ListwiseLLM(client_with(backend), window_tokens=1000, answer="first-token")
+    llm.order_window("q", ["grade1 a", "grade5 b", "c", "grade2 d"], count=2)
+    real, blank = backend.requests
+    assert "numbers of the 2 most" in real and "numbers of the 2 most" in blank and "[1] N/A" in blank
+
+
 def test_first_token_answers_rank_every_candidate_by_its_score_as_the_first_number():
     backend = RankingBackend()
     llm = ListwiseLLM(client_with(backend), window_tokens=1000, answer="first-token")
@@ -225,7 +234,7 @@ def corank(store: CorpusStore, backend: RankingBackend, tmp_path: Path, **overri
     settings = RerankSettings(pool=200, fine_k=5, window_tokens=1500, **overrides)
     texts = PaperTexts(store)
     features = CompactFeatures(
-        FeatureCache(tmp_path / "features.sqlite3"), texts, HashEmbedder(), settings, client_with(backend)
+        FeatureCache(tmp_path / "features.sqlite3", EXTRACTOR), texts, HashEmbedder(), settings, client_with(backend)
     )
     llm = ListwiseLLM(client_with(backend), settings.window_tokens)
     return CoarseToFineReranker("corank", llm, texts, settings, form4_representation(features, texts, settings))
@@ -265,7 +274,7 @@ def test_features_are_extracted_once_and_reused_until_the_content_changes(store:
 def test_form4_keeps_the_most_query_similar_section_and_keywords(store: CorpusStore, tmp_path: Path):
     settings = RerankSettings(keywords=1)
     features = CompactFeatures(
-        FeatureCache(tmp_path / "f.sqlite3"), PaperTexts(store), HashEmbedder(), settings, client_with(RankingBackend())
+        FeatureCache(tmp_path / "f.sqlite3", EXTRACTOR), PaperTexts(store), HashEmbedder(), settings, client_with(RankingBackend())
     )
     features.ensure(["p001"])
     text = features.form4(HashEmbedder().embed_query("generic"), "p001")
@@ -276,7 +285,7 @@ def test_truncated_control_matches_the_form4_length_without_features(store: Corp
     backend = RankingBackend()
     settings = RerankSettings()
     texts = PaperTexts(store)
-    features = CompactFeatures(FeatureCache(tmp_path / "f.sqlite3"), texts, HashEmbedder(), settings, client_with(backend))
+    features = CompactFeatures(FeatureCache(tmp_path / "f.sqlite3", EXTRACTOR), texts, HashEmbedder(), settings, client_with(backend))
     form4 = form4_representation(features, texts, settings)
     pool = first_stage(3).candidates
     compact, truncated = form4("q", pool), truncated_representation(form4, texts)("q", pool)
@@ -352,6 +361,45 @@ def test_pointwise_orders_the_top_by_p_yes_ties_in_first_stage_order_and_leaves_
                for prompt in backend.prompts)  # fmt: skip
     assert "Document: Paper000 grade00. word word" in backend.prompts[0]  # title, then the text's first words
     assert reranker.rank("what is best", first_stage(0)).candidates == [] and len(backend.prompts) == 30
+
+
+class FailingBackend(GradeBackend):
+    """Answers two candidates, then fails as a prompt over the context window does."""
+
+    def score(self, system: str, user: str, continuations) -> Scoring:
+        if len(self.prompts) == 2:
+            raise LLMError("prompt of 5000 tokens exceeds n_ctx 4096")
+        return super().score(system, user, continuations)
+
+
+def test_pointwise_keeps_the_first_stage_order_when_an_llm_call_fails(store: CorpusStore, caplog):
+    from strata.rerank.pointwise import PointwiseReranker
+
+    reranker = PointwiseReranker(client_with(FailingBackend()), PaperTexts(store), RerankSettings(pointwise_depth=5))
+    with caplog.at_level("WARNING", logger="strata.rerank.pointwise"):
+        kept = reranker.rank("q", first_stage(10))
+    assert kept == first_stage(10) and "kept the first-stage order" in caplog.records[0].getMessage()
+
+
+def test_a_stride_past_the_window_is_refused():
+    with pytest.raises(ValueError, match="stride"):
+        RerankSettings(window=10, stride=12)
+    assert RerankSettings(window=10, stride=10).stride == 10  # windows that meet skip nothing
+
+
+def test_features_made_by_another_llm_encoder_or_input_length_are_extracted_again(store: CorpusStore, tmp_path):
+    from strata.rerank.features import extractor_identity
+
+    texts, path = PaperTexts(store), tmp_path / "f.sqlite3"
+    features = CompactFeatures(FeatureCache(path, EXTRACTOR), texts, HashEmbedder(), RerankSettings(),
+                               client_with(RankingBackend()))  # fmt: skip
+    features.ensure(["p001"])
+    assert not FeatureCache(path, EXTRACTOR).stale(["p001"], texts)
+    assert list(FeatureCache(path, "another-llm\x00hash-encoder\x00300").stale(["p001"], texts)) == ["p001"]
+    identities = {extractor_identity(Settings.load(overrides=overrides)) for overrides in (
+        {}, {"llm.model": "packaged:qwen2.5-coder-1.5b"}, {"index.embedding.model": "other-encoder"},
+        {"rerank.features_input_words": 120})}  # fmt: skip
+    assert len(identities) == 4
 
 
 def test_pointwise_asks_nothing_about_a_paper_without_text_and_ranks_it_below_those_judged(store: CorpusStore):

@@ -31,6 +31,12 @@ def test_split_is_per_leaf_deterministic_and_holds_out_the_configured_share():
     assert {q.question for q in other_seed if q.split == "dev"} != {q.question for q in first if q.split == "dev"}
 
 
+def test_a_question_written_for_two_leaves_is_in_neither_split():
+    shared = {"1": ["What is the spinal cord?", "Where do nerves start?"], "2": ["what is the  spinal cord?", "Why?"]}
+    split = split_questions(shared, dev_fraction=0.5, seed=7)
+    assert sorted((q.leaf, q.question) for q in split) == [("1", "Where do nerves start?"), ("2", "Why?")]
+
+
 def test_questions_parse_from_json_or_from_quoted_questions_in_broken_json():
     assert parse_questions('{"questions": ["What is X?", "Why Y?"]}') == ["What is X?", "Why Y?"]
     assert parse_questions('{"questions": ["What causes sleep apnea?", "How is it treated?"') == [

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SecretStr
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 PRESET_DIR = Path(__file__).parent / "presets"
@@ -580,6 +580,14 @@ class RerankSettings(_Section):
     query_encoder_checks: int = Field(
         default=4, ge=1, description="train-query-encoder: validation checks spread over the steps (best one kept)"
     )
+
+    @model_validator(mode="after")
+    def _windows_overlap_or_meet(self) -> RerankSettings:
+        # A stride past the window would skip the candidates between two windows: they would never be read.
+        if self.stride > self.window:
+            raise ValueError(f"rerank.stride ({self.stride}) is larger than rerank.window ({self.window}): the "
+                             "candidates between windows would never be reranked; use a stride of at most the window")
+        return self
 
 
 class ReadSettings(_Section):

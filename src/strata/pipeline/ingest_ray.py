@@ -37,13 +37,7 @@ from strata.pipeline.ingest import (
     store_file,
     unchanged,
 )
-from strata.rerank.features import (
-    ExtractionReport,
-    FeatureCache,
-    StoredFeatures,
-    extract_document_features,
-    features_path,
-)
+from strata.rerank.features import ExtractionReport, StoredFeatures, extract_document_features, feature_cache
 from strata.rerank.texts import PaperTexts
 from strata.store.base import StoredChunk
 from strata.store.protocol import WritableStore
@@ -197,7 +191,7 @@ def _extract_features(store: WritableStore, settings: Settings) -> ExtractionRep
     import ray
 
     started = time.perf_counter()
-    cache = FeatureCache(features_path(settings))
+    cache = feature_cache(settings)
     try:
         paper_ids, texts = store.paper_ids(), PaperTexts(store)
         words = settings.rerank.features_input_words

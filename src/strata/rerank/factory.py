@@ -10,7 +10,7 @@ from strata.encoders.cross_encoder import load_cross_encoder
 from strata.llm import LLMClient
 from strata.rerank.base import FirstStage, Reranker
 from strata.rerank.crossencoder import CrossEncoderReranker, cross_encoder_source, trained_fusion
-from strata.rerank.features import CompactFeatures, ExtractionReport, FeatureCache, features_path
+from strata.rerank.features import CompactFeatures, ExtractionReport, feature_cache
 from strata.rerank.fusion import FusedReranker, tuned_fusion
 from strata.rerank.listwise import ListwiseLLM
 from strata.rerank.pointwise import PointwiseReranker
@@ -41,24 +41,25 @@ def make_reranker(
     """
     method = method or settings.rerank.method
     weight = settings.rerank.fusion_weight
+    # Only a cross-encoder train-reranker saved has a chosen fusion ('default' names a configured model or none).
+    trained = trained_fusion(settings) if method == "cross-encoder" else None
     if weight is None and method in LLM_RERANKERS:
         tuned = tuned_fusion(settings, method)
         if tuned is None:
             _warn_untuned(str(settings.store.home), method, settings.llm.model)
         weight = 1.0 if tuned is None else tuned.fusion.weight
+    elif weight is None:
+        weight = 1.0 if trained is None else trained.weight
     if weight == 0.0:
         return FirstStage()  # the reranker would not count: neither load it nor spend its LLM calls
     reranker = _reranker(settings, store, client, method)
     if isinstance(reranker, FirstStage):
         return reranker
-    trained = trained_fusion(settings) if isinstance(reranker, CrossEncoderReranker) else None
-    if weight is None:
-        weight = 1.0 if trained is None else trained.weight
     mode = "rank" if trained is None else trained.mode  # a configured weight fuses the mode validation chose
     return reranker if weight == 1.0 else FusedReranker(reranker, weight, settings.search.rrf_k, mode)
 
 
-@functools.cache  # once per store, reranker and model: search builds its reranker for every query
+@functools.cache  # warned once per store, reranker and model, however often one is built
 def _warn_untuned(home: str, method: str, model: str) -> None:
     logger.warning(
         "%s on %s was never measured on this corpus, so it runs alone, unfused with the first stage (on SciFact the "
@@ -106,7 +107,7 @@ def compact_features(settings: Settings, texts: PaperTexts, client: LLMClient | 
     from strata.encoders.embedder import Embedder
 
     return CompactFeatures(
-        FeatureCache(features_path(settings)), texts, Embedder(settings.index.embedding), settings.rerank, client
+        feature_cache(settings), texts, Embedder(settings.index.embedding), settings.rerank, client
     )
 
 

@@ -1,9 +1,14 @@
 """CoRank's compact features: extracted once per document by the LLM (a gist of each of its parsed sections, or for
 an abstract-only paper the parts the model finds in its first words), cached by content hash, and cut down to the
-query-relevant "Form 4" (category, one section gist, five keywords) at query time."""
+query-relevant "Form 4" (category, one section gist, five keywords) at query time.
+
+Cached features are keyed by the paper's content and by what made them (the LLM, the encoder of their section and
+keyword vectors, the words the LLM read): features another model made are extracted again, never compared with a
+query vector from another encoder."""
 
 from __future__ import annotations
 
+import hashlib
 import sqlite3
 import time
 from collections.abc import Iterable
@@ -14,7 +19,7 @@ from pydantic import BaseModel, Field
 
 from strata.config import RerankSettings, Settings
 from strata.documents.builder import SENTENCE_END
-from strata.encoders.embedder import Embedder
+from strata.encoders.embedder import Embedder, encoder_identity
 from strata.llm import LLMClient, LLMError, Prompt
 from strata.rerank.model import (
     GIST_CHARS,
@@ -95,19 +100,34 @@ def features_path(settings: Settings) -> Path:
     return settings.rerank.features_path or Path(settings.store.home) / "rerank" / "features.sqlite3"
 
 
-class FeatureCache:
-    """SQLite rows of features and their section/keyword embeddings, keyed by paper id and content hash."""
+def extractor_identity(settings: Settings) -> str:
+    """What the features of `settings` depend on besides the paper: the LLM, the vectors' encoder, the words read."""
+    embedding = encoder_identity(settings.index.embedding)
+    return f"{settings.llm.model}\x00{embedding}\x00{settings.rerank.features_input_words}"
 
-    def __init__(self, path: Path) -> None:
+
+def feature_cache(settings: Settings) -> FeatureCache:
+    return FeatureCache(features_path(settings), extractor_identity(settings))
+
+
+class FeatureCache:
+    """SQLite rows of features and their section/keyword embeddings, keyed by paper id and by a hash of the paper's
+    content hash and `extractor` (see extractor_identity)."""
+
+    def __init__(self, path: Path, extractor: str) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
+        self.extractor = extractor
         self._db = sqlite3.connect(path)
         self._db.execute(FEATURES_SCHEMA)
+
+    def _key(self, content_hash: str) -> str:
+        return hashlib.sha256(f"{self.extractor}\x00{content_hash}".encode()).hexdigest()
 
     def get(self, paper_id: str, content_hash: str) -> StoredFeatures | None:
         row = self._db.execute(
             "SELECT features, section_vectors, keyword_vectors FROM features WHERE paper_id = ? AND content_hash = ?",
-            (paper_id, content_hash),
+            (paper_id, self._key(content_hash)),
         ).fetchone()
         return None if row is None else StoredFeatures.unpacked(*row)
 
@@ -119,13 +139,13 @@ class FeatureCache:
 
     def _has(self, paper_id: str, content_hash: str) -> bool:
         query = "SELECT 1 FROM features WHERE paper_id = ? AND content_hash = ?"
-        return self._db.execute(query, (paper_id, content_hash)).fetchone() is not None
+        return self._db.execute(query, (paper_id, self._key(content_hash))).fetchone() is not None
 
     def put(self, paper_id: str, content_hash: str, model: str, stored: StoredFeatures) -> None:
         with self._db:
             self._db.execute(
                 "INSERT OR REPLACE INTO features VALUES (?, ?, ?, ?, ?, ?)",
-                (paper_id, content_hash, model, *stored.packed()),
+                (paper_id, self._key(content_hash), model, *stored.packed()),
             )
 
     def close(self) -> None:

@@ -2,8 +2,8 @@
 (or scores) with the first stage's, at a weight chosen on a validation split (0 keeps the first-stage order).
 
 Ranks are fused by default: every reranker has ranks (a listwise LLM gives nothing else), and a rank-based
-interpolation needs no per-query score normalisation. Each side contributes weight / (k + rank), as weighted
-reciprocal rank fusion (Cormack et al., 2009) with the same `k` as the hybrid first stage. A reranker with real scores
+interpolation needs no per-query score normalisation. The reranker contributes weight / (k + rank) and the first
+stage (1 - weight) / (k + rank), as weighted reciprocal rank fusion (Cormack et al., 2009) with the same `k` as the hybrid first stage. A reranker with real scores
 (the cross-encoder) can also fuse min-max normalised scores (CombSUM of normalised scores, Lee 1997), which keeps how
 far apart it puts two papers, not only their order; validation chooses between the two.
 """
@@ -55,7 +55,8 @@ def min_max(values: Sequence[float]) -> list[float]:
 def fuse_scores(first: Ranking, scores: Mapping[str, float], weight: float) -> list[str]:
     """Ids of `first`: those the reranker scored (its top), ordered by (1 - weight) * first-stage score + weight *
     reranker score, each min-max normalised over them; then the rest in first-stage order. Ties keep the first-stage
-    order, so weight 1 is the reranker's own order and weight 0 the first stage's."""
+    order, so weight 1 is the reranker's own order and weight 0 the first stage's (its scores never rise down its
+    ranking, and the scored head is its top)."""
     head = [candidate for candidate in first.candidates if candidate.paper_id in scores]
     if not head:
         return first.paper_ids

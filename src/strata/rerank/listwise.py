@@ -52,7 +52,7 @@ class ListwiseLLM:
         prompt = self._prompts.render("rerank_listwise", query=query, documents=documents, count=str(count))
         try:
             ids: list[int] | None = (
-                self._first_token_ids(prompt, query, n)
+                self._first_token_ids(prompt, query, n, count)
                 if self.answer == "first-token"
                 else self._written_ids(prompt, n, count)
             )
@@ -66,7 +66,7 @@ class ListwiseLLM:
         answer = self.client.complete(prompt, ranked_ids_schema(n, count), max_tokens=4 * count + 16)
         return list(answer.ranking)  # type: ignore[attr-defined]
 
-    def _first_token_ids(self, prompt: Prompt, query: str, n: int) -> list[int]:
+    def _first_token_ids(self, prompt: Prompt, query: str, n: int, count: int) -> list[int]:
         """All n numbers, by the log-probability of each as the answer's first: '{"ranking": [7,' (the comma
         closes the number, so 1 is not a prefix of 12), minus the same log-probability when every document reads
         'N/A' (contextual calibration, Zhao et al. 2021): a small model favours the first numbers whatever they
@@ -74,7 +74,7 @@ class ListwiseLLM:
         openings = [f'{{"ranking": [{number},' for number in range(1, n + 1)]
         scores = self.client.score(prompt, openings)
         blank = "\n".join(f"[{number}] N/A" for number in range(1, n + 1))
-        empty = self._prompts.render("rerank_listwise", query=query, documents=blank, count=str(n))
+        empty = self._prompts.render("rerank_listwise", query=query, documents=blank, count=str(count))
         gain = calibrated_logprobs(scores, self.client.score(empty, openings))
         return sorted(range(1, n + 1), key=lambda number: (-gain[number - 1], number))
 

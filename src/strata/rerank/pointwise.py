@@ -9,12 +9,16 @@ LLM response cache makes a rerun of the same query and candidates free.
 
 from __future__ import annotations
 
+import logging
+
 from strata.config import RerankSettings
 from strata.documents.model import Ranking
-from strata.llm import LLMClient
+from strata.llm import LLMClient, LLMError
 from strata.rerank.model import rerank_prompts
 from strata.rerank.rerankers import reordered
 from strata.rerank.texts import PaperTexts
+
+logger = logging.getLogger(__name__)
 
 
 class PointwiseReranker:
@@ -36,6 +40,12 @@ class PointwiseReranker:
 
     def rank(self, query: str, candidates: Ranking) -> Ranking:
         top = candidates.candidates[: self.settings.pointwise_depth]
-        scores = [self.relevance(query, candidate.paper_id) for candidate in top]
+        try:
+            scores = [self.relevance(query, candidate.paper_id) for candidate in top]
+        except LLMError as error:
+            # One unusable call (a dead server, a passage over n_ctx) keeps the first-stage order, as a listwise
+            # window does, instead of failing the whole search.
+            logger.warning("pointwise reranking kept the first-stage order for %r: %s", query, error)
+            return candidates
         order = sorted(range(len(top)), key=lambda index: (-scores[index], index))
         return reordered(candidates, [top[index] for index in order], self.name)

@@ -4,6 +4,7 @@ and LoRA adapters saved with what they were trained on, loaded back only onto th
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -41,9 +42,23 @@ class AdapterMeta(BaseModel):
 
 
 def save_adapter(peft_model: Any, folder: Path, meta: AdapterMeta) -> None:
-    folder.mkdir(parents=True, exist_ok=True)
-    peft_model.save_pretrained(str(folder))
-    (folder / ADAPTER_META).write_text(meta.model_dump_json(indent=2))
+    """Weights and meta written beside `folder`, then swapped in by renames: an interrupted save leaves the old
+    adapter (or none), never new weights under old meta or a folder without meta."""
+    partial, old = folder.with_name(f"{folder.name}.partial"), folder.with_name(f"{folder.name}.old")
+    for leftover in (partial, old):
+        shutil.rmtree(leftover, ignore_errors=True)
+    partial.mkdir(parents=True)
+    peft_model.save_pretrained(str(partial))
+    (partial / ADAPTER_META).write_text(meta.model_dump_json(indent=2))
+    if folder.exists():
+        folder.rename(old)
+    partial.rename(folder)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def has_adapter(folder: Path) -> bool:
+    """Whether `folder` holds a saved adapter (its meta is written last)."""
+    return (folder / ADAPTER_META).is_file()
 
 
 def read_adapter_meta(folder: Path) -> AdapterMeta:

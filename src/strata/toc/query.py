@@ -19,6 +19,7 @@ from strata.config import Settings
 from strata.documents.model import Locator, Paper
 from strata.llm import LLMClient, make_client
 from strata.store.protocol import PaperStore
+from strata.toc.adapter import has_adapter
 from strata.toc.baselines import LeafBM25, LeafHybrid
 from strata.toc.encode import PromptEncoder
 from strata.toc.fused import AdapterOrder, FusedTocRetriever
@@ -76,7 +77,7 @@ def answer_from_toc(settings: Settings, paper: Paper, question: str, k: int | No
     """Top-k leaves of an already loaded `paper`'s ToC for `question`."""
     k = k or settings.toc.top_k
     folder = adapter_folder(settings, paper.id)
-    use_adapter = settings.toc.use_adapter and folder.is_dir()
+    use_adapter = settings.toc.use_adapter and has_adapter(folder)
     with ExitStack() as stack:
         # The LLM is loaded only when needed: to title an induced ToC, or to choose between leaves without an adapter.
         def llm() -> LLMClient:

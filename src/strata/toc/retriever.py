@@ -37,7 +37,7 @@ class TocRetriever:
         self.registry = toc_prompts()
         self._tokens = client.backend if exposes_tokens(client.backend) else None
         self._views: dict[tuple[str, str | None], list[TocView]] = {}
-        self._tries: dict[tuple[str, ...], LabelTrie] = {}
+        self._tries: dict[tuple[tuple[str, str], ...], LabelTrie] = {}
         self.constrained_steps = 0  # next-token evaluations of the trie search (untraced: not client calls)
 
     def rank(self, toc: DocumentToc, query: str, k: int | None = None) -> LeafRanking:
@@ -115,7 +115,7 @@ class TocRetriever:
         return [(by_number[number], score) for number, score in found]
 
     def _trie(self, backend: TokenBackend, choices: Sequence[TocEntry]) -> LabelTrie:
-        key = tuple(entry.number for entry in choices)
+        key = tuple((entry.number, entry.label) for entry in choices)  # one retriever may serve several books
         if key not in self._tries:
             self._tries[key] = LabelTrie(
                 {entry.number: backend.tokenize_answer(entry.label) for entry in choices},

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -157,16 +158,24 @@ def clean_questions(questions: Iterable[str]) -> list[str]:
     return kept
 
 
+def _normalised(question: str) -> str:
+    return " ".join(question.split()).casefold()
+
+
 def _jaccard(first: set[str], second: set[str]) -> float:
     return len(first & second) / len(first | second) if first or second else 1.0
 
 
 def split_questions(questions: Mapping[str, list[str]], dev_fraction: float, seed: int) -> list[TrainingQuestion]:
     """Per leaf: questions ordered by a seeded hash, the first round(share * n) to dev (at least one when a leaf has
-    two or more questions and the share is positive), the rest to train."""
+    two or more questions and the share is positive), the rest to train. A question written for two leaves (case and
+    spacing aside) is dropped: its answer is ambiguous, and it could be trained on under one leaf and checked on
+    under the other."""
+    leaves_asking = Counter(text for leaf in questions for text in {_normalised(q) for q in questions[leaf]})
     split: list[TrainingQuestion] = []
     for leaf in sorted(questions):
-        ordered = sorted(questions[leaf], key=lambda q: hashlib.sha256(f"{seed}\x00{leaf}\x00{q}".encode()).digest())
+        own = [q for q in questions[leaf] if leaves_asking[_normalised(q)] == 1]
+        ordered = sorted(own, key=lambda q: hashlib.sha256(f"{seed}\x00{leaf}\x00{q}".encode()).digest())
         dev = round(dev_fraction * len(ordered))
         if dev_fraction > 0 and len(ordered) >= 2:
             dev = min(max(dev, 1), len(ordered) - 1)

@@ -72,7 +72,8 @@ def training_examples(
 
 
 def dev_cut(dev: Sequence[T], limit: int) -> list[T]:
-    """At most about `limit` of `dev`: every n-th, deterministic (the dev checks' questions, and the fusion's)."""
+    """At most about `limit` of `dev`: every n-th, deterministic (the dev checks' questions; `strata train-toc`
+    chooses its fusion weight on every dev question)."""
     return list(dev[:: max(1, -(-len(dev) // limit))])
 
 
