@@ -47,7 +47,6 @@ from strata.rerank.factory import compact_features, make_reranker
 from strata.rerank.fusion import (
     FusedReranker,
     FusionChoice,
-    TunedFusion,
     choose_by_mode,
     preferred,
     reordered_by_scores,
@@ -481,27 +480,12 @@ def listwise_method(bench: Bench, store, client, method: str, queries, capped: d
     fused = {query.id: fusion.rank(capped[query.id].query, capped[query.id]) for query in queries}
     bench.row(f"hybrid > {method}+fusion", fused, len(queries), "llm", against="hybrid (first stage)", **cost,
               fusion_weight=LLM_FUSION_WEIGHT)
-    tuned = tuned_for(bench.settings, method)
+    tuned = tuned_fusion(bench.settings, method)  # None: never tuned at this row's model and caps
     if tuned is not None:
         fusion = FusedReranker(Rescored(rankings, method), tuned.fusion.weight, bench.settings.search.rrf_k)
         fused = {query.id: fusion.rank(capped[query.id].query, capped[query.id]) for query in queries}
         bench.row(f"hybrid > {method}+fusion (tuned)", fused, len(queries), "llm", against="hybrid (first stage)",
                   **cost, fusion_weight=tuned.fusion.weight, tuning=tuned.model_dump(exclude={"rerank"}))
-
-
-TUNED_CAPS = ("pool", "pointwise_depth", "listwise_depth", "passage_words", "window", "stride", "sliding_depth",
-              "fine_k", "listwise_answer")  # what must match for a tuned weight to be this row's reranker's
-
-
-def tuned_for(settings: Settings, method: str) -> TunedFusion | None:
-    """What `strata tune-reranker` chose on the store's own written queries for this reranker on this model, if it
-    was run at these caps."""
-    tuned = tuned_fusion(settings, method)
-    ours = settings.rerank.model_dump(mode="json")
-    if tuned is not None and any(tuned.rerank.get(cap) != ours[cap] for cap in TUNED_CAPS):
-        print(f"{method}: tuned at other caps, no tuned row")
-        return None
-    return tuned
 
 
 def _comparable(caps: dict) -> dict:

@@ -79,9 +79,9 @@ def tuned(home: Path, monkeypatch, capsys, helpful: bool) -> tuple[dict, JudgeBa
     return report, backend
 
 
-def pointwise(home: Path, model: str, client: LLMClient):
+def pointwise(home: Path, model: str, client: LLMClient, depth: int = 60):
     settings = Settings.load(overrides={"store.home": str(home), "index.dense": False, "llm.model": model,
-                                        "rerank.method": "pointwise"})  # fmt: skip
+                                        "rerank.method": "pointwise", "rerank.pointwise_depth": depth})  # fmt: skip
     return make_reranker(settings, CorpusStore(home / "corpus.sqlite3"), client)
 
 
@@ -103,18 +103,21 @@ def test_a_reranker_that_does_not_help_gets_weight_zero_and_search_keeps_the_fir
     assert report["fusion"]["weight"] == 0 and report["reranker_validation"] < report["fusion"]["curve"]["0"]
     backend = JudgeBackend(helpful=False)
     use_backend(monkeypatch, backend)
-    assert main(["search", "zinc colds", "--store.home", str(home), *FLAGS[:2], "--rerank.method", "pointwise"]) == 0
+    assert main(["search", "zinc colds", "--store.home", str(home), *FLAGS[:2], *FLAGS[4:],
+                 "--rerank.method", "pointwise"]) == 0  # fmt: skip
     assert backend.judged == 0  # weight 0: the LLM is not even asked
     shown = capsys.readouterr().out
     assert 0 <= shown.index("Zinc lozenge trial 0") < shown.index("Zinc lozenge trial 1")  # first-stage order
 
 
-def test_a_weight_chosen_for_one_model_is_not_applied_to_another(home, monkeypatch, capsys):
+def test_a_weight_chosen_for_one_model_or_depth_is_not_applied_to_another(home, monkeypatch, capsys):
     tuned(home, monkeypatch, capsys, helpful=False)
     client = LLMClient(JudgeBackend(helpful=False), LLMSettings())
     assert isinstance(pointwise(home, Settings().llm.model, client), FirstStage)  # tuned: weight 0
     other = pointwise(home, "packaged:qwen2.5-coder-1.5b", client)
     assert isinstance(other, PointwiseReranker)  # never tuned on that model: the reranker alone, as configured
+    shallower = pointwise(home, Settings().llm.model, client, depth=20)
+    assert isinstance(shallower, PointwiseReranker)  # tuned at depth 60, another reranker at 20: alone too
 
 
 def test_a_corpus_too_small_to_measure_on_gets_a_clear_error(tmp_path, monkeypatch, capsys):

@@ -62,9 +62,10 @@ def make_reranker(
 @functools.cache  # warned once per store, reranker and model, however often one is built
 def _warn_untuned(home: str, method: str, model: str) -> None:
     logger.warning(
-        "%s on %s was never measured on this corpus, so it runs alone, unfused with the first stage (on SciFact the "
-        "embedded 0.5B's listwise and pointwise orders scored below the first stage); `strata tune-reranker --method "
-        "%s` chooses a fusion weight on validation queries, or set --rerank.fusion_weight", method, model, method)
+        "%s on %s was never measured on this corpus at these settings, so it runs alone, unfused with the first "
+        "stage (on SciFact the embedded 0.5B's listwise and pointwise orders scored below the first stage); `strata "
+        "tune-reranker --method %s` chooses a fusion weight on validation queries, or set --rerank.fusion_weight",
+        method, model, method)
 
 
 def _reranker(settings: Settings, store: PaperStore, client: LLMClient | None, method: str) -> Reranker:

@@ -224,11 +224,19 @@ def tuned_fusion_file(settings: Settings, method: str) -> Path:
     return Path(settings.store.home) / "rerank" / f"fusion-{method}.json"
 
 
+# The rerank settings a tuned weight depends on: at another value it would be another reranker's weight.
+TUNED_CAPS = ("pool", "pointwise_depth", "listwise_depth", "passage_words", "window", "stride", "sliding_depth",
+              "fine_k", "listwise_answer")  # fmt: skip
+
+
 def tuned_fusion(settings: Settings, method: str) -> TunedFusion | None:
-    """What `strata tune-reranker` measured for this LLM reranker on the configured model; None when it was never
-    tuned, or tuned on another model."""
+    """What `strata tune-reranker` measured for this LLM reranker on the configured model at the configured
+    TUNED_CAPS; None when it was never tuned, or tuned on another model or at other caps."""
     path = tuned_fusion_file(settings, method)
     if not path.is_file():
         return None
     tuned = TunedFusion.model_validate_json(path.read_text(encoding="utf-8"))
-    return tuned if tuned.model == settings.llm.model else None
+    ours = settings.rerank.model_dump(mode="json")
+    if tuned.model != settings.llm.model or any(tuned.rerank.get(cap) != ours[cap] for cap in TUNED_CAPS):
+        return None
+    return tuned
