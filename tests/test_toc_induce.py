@@ -45,6 +45,14 @@ def test_markdown_headings_nest_by_level_and_text_goes_to_the_leaf_it_follows():
         assert all(paper.text[c.char_start : c.char_end] == c.text for c in chunks)
 
 
+def test_text_under_two_sibling_headings_of_one_title_goes_to_each_its_own_leaf():
+    paper = flat_paper(["# Sleep", "Lead-in.", "## Example", "First example.", "## Example", "Second example."])
+    toc = toc_from_headings(paper, find_headings(paper.text))
+    assert [(e.number, e.path) for e in toc.leaves()] == [("1.1", ("Sleep", "Example")), ("1.2", ("Sleep", "Example"))]
+    assert "First example." in toc.leaf_text("1.1") and "Second example." not in toc.leaf_text("1.1")
+    assert "Second example." in toc.leaf_text("1.2") and "Lead-in." in toc.leaf_text("1.1")
+
+
 def test_headings_inside_one_merged_chunk_still_split_its_text():
     builder = PaperBuilder("doc", "test")  # short blocks merge into one chunk across the heading lines
     for block in MARKDOWN:

@@ -19,7 +19,7 @@ from strata.documents.model import Chunk, Paper
 from strata.encoders.embedder import Embedder
 from strata.llm import LLMClient, LLMError
 from strata.toc.model import DocumentToc, SectionTitle, TocEntry, toc_prompts
-from strata.toc.tree import owning_leaf
+from strata.toc.tree import first_leaf, owning_leaf
 
 TITLE_PROMPT = "toc_title"
 TITLE_PASSAGE_WORDS = 150
@@ -74,7 +74,8 @@ def toc_from_headings(paper: Paper, headings: Sequence[tuple[int, int, str]]) ->
     owners: list[TocEntry | None] = []
     for piece in pieces:
         index = bisect.bisect_right(offsets, piece.char_start) - 1
-        owners.append(owning_leaf(entries, entries[index].path if index >= 0 else ()))
+        # By the heading itself, not its path: two sibling headings may share a title.
+        owners.append(first_leaf(entries, entries[index]) if index >= 0 else owning_leaf(entries, ()))
     return _toc(paper.model_copy(update={"chunks": pieces}), entries, owners)
 
 

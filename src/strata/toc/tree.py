@@ -62,9 +62,14 @@ def owning_leaf(entries: Sequence[TocEntry], section_path: tuple[str, ...]) -> T
             best = entry
     if best is None:
         best = next((entry for entry in entries if entry.depth == 1), None)
-    if best is None or best.is_leaf:
-        return best
-    return next((entry for entry in entries if entry.is_leaf and entry.is_under(best)), None)
+    return None if best is None else first_leaf(entries, best)
+
+
+def first_leaf(entries: Sequence[TocEntry], entry: TocEntry) -> TocEntry | None:
+    """`entry` when it is a leaf, else the first leaf under it (which owns an inner entry's lead-in text)."""
+    if entry.is_leaf:
+        return entry
+    return next((other for other in entries if other.is_leaf and other.is_under(entry)), None)
 
 
 class TocView(BaseModel):
