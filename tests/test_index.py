@@ -313,6 +313,20 @@ def test_sentence_vectors_score_a_chunk_by_its_best_sentence(tmp_path: Path) -> 
         other.dense.search_text("graphene", 5)
 
 
+def test_a_chunk_of_many_matching_sentences_does_not_crowd_out_the_other_chunks(tmp_path: Path) -> None:
+    store, index = open_index(tmp_path, **{"index.embedding.sentences": True})
+    bees = " ".join(f"Bees pollinate crops in field {number}." for number in range(30))
+    store.put_paper(make_paper("bees", "Pollination", bees), "sha")
+    for number in range(20):
+        store.put_paper(make_paper(f"other{number}", f"Topic {number}", f"Bees visit garden {number}."), "sha")
+    index.sync()
+    assert index.dense._current().ntotal > 2 * len(index.dense)  # far more vectors than chunks
+    query = BagOfWordsEncoder().embed(["bees pollinate crops"])[0]
+    hits = index.dense.search(query, 5)
+    assert len({hit.rowid for hit in hits}) == 5  # the best chunk once, then four others
+    store.close()
+
+
 def test_sentence_vectors_are_refused_on_postgres_with_a_clear_error() -> None:
     from strata.index.postgres import PostgresDenseIndex
 

@@ -17,6 +17,8 @@ def test_an_expression_over_fact_values_is_computed_and_cites_those_facts():
     assert result == pytest.approx(5.6 / 4.2) and citations == [1, 2]
     assert compute("1250 / 9.8 ** 4.2", FACTS)[1] == [1, 2, 3]  # "1,250" is the number 1250
     assert compute("-4.2", FACTS) == (-4.2, [1])
+    below = [*FACTS, Claim(text="-3 °C", citations=[4], value="−3", unit="°C")]
+    assert compute("-3 + 4.2", below) == (pytest.approx(1.2), [1, 4])  # a negative fact, written with its sign
 
 
 @pytest.mark.parametrize(

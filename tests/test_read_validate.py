@@ -147,6 +147,24 @@ def test_a_calculation_stands_only_on_facts_the_passage_states(store):
     assert any("is 7, not 6" in why for why in checked.rejections)
 
 
+def test_a_calculation_cites_the_passages_of_its_facts_not_one_validation_rejected(store):
+    first = BODY.index("Controls")
+    other = Evidence(number=2, paper_id="diet", locator=f"diet#0-{first - 1}", text=BODY[: first - 1], quote="")
+    claims = [fact("5", "g"), Claim(text="5 + 5 = 10 g", citations=[1, 2], value="10", unit="g", expression="5 + 5")]
+    claims[0] = claims[0].model_copy(update={"citations": [1, 2]})  # [2] reports 12 g only
+    checked = validate_answer(answer_with([evidence_for(store), other], claims), store)
+    assert [(claim.text, claim.citations) for claim in checked.claims] == [("5 g", [1]), ("5 + 5 = 10 g", [1])]
+    assert [item.number for item in checked.evidence] == [1]  # nothing left cites the other passage
+
+
+def test_a_signed_or_leading_point_number_is_its_own_value(store):
+    from strata.read.validate import states_value
+
+    assert not states_value("-3", "°C", "the core rose by 3 °C") and states_value("-3", "°C", "fell to −3 °C")
+    assert states_value("0.05", "", "p < .05") and not states_value("5", "", "p < .05")
+    assert states_value("2", "mV", "a shift of +2 mV") and states_value("6", "", "IL-6 rose")
+
+
 def test_a_multiple_choice_answer_whose_passage_does_not_state_it_is_unsupported(store):
     options = ["5 g", "7 g", "12 g"]
     stated = answer_with([evidence_for(store)], [Claim(text="5 g", citations=[1])], format="mc", choice="5 g")

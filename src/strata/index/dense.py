@@ -97,19 +97,28 @@ class DenseIndex:
         if index is None or index.ntotal == 0 or (rowids is not None and not rowids):
             return (), ()
         selector, parts = self._selector(rowids)
+        query = np.ascontiguousarray(vector, dtype=np.float32).reshape(1, -1)
         fetch = self._vectors_for(depth, index.ntotal)
+        while True:
+            scores, ids = index.search(query, fetch, params=self._search_parameters(index, selector, fetch))
+            found = ids[0] >= 0  # fewer than `fetch` vectors are padded with -1: there are no more
+            hits = _best_per_chunk(ids[0][found], scores[0][found], depth)
+            # One chunk's many sentences can fill what was fetched: fetch more while chunks are missing and may exist.
+            if len(hits[0]) >= depth or fetch >= index.ntotal or not found.all():
+                break
+            fetch = min(index.ntotal, 2 * fetch)
+        del parts  # the selector's parts had to outlive the search
+        return hits
+
+    def _search_parameters(
+        self, index: faiss.IndexIDMap, selector: faiss.IDSelector | None, fetch: int
+    ) -> faiss.SearchParameters | None:
         # faiss's stubs omit SearchParametersHNSW and the keyword constructors its Python wrapper adds.
         if _is_hnsw(index):
-            params = faiss.SearchParametersHNSW(  # type: ignore[attr-defined]
+            return faiss.SearchParametersHNSW(  # type: ignore[attr-defined]
                 efSearch=max(self.settings.hnsw_ef_search, fetch), sel=selector
             )
-        else:
-            params = faiss.SearchParameters(sel=selector) if selector is not None else None  # type: ignore[call-arg]
-        query = np.ascontiguousarray(vector, dtype=np.float32).reshape(1, -1)
-        scores, ids = index.search(query, fetch, params=params)
-        del parts  # the selector's parts had to outlive the search
-        found = ids[0] >= 0  # fewer than `fetch` vectors are padded with -1
-        return _best_per_chunk(ids[0][found], scores[0][found], depth)
+        return faiss.SearchParameters(sel=selector) if selector is not None else None  # type: ignore[call-arg]
 
     def _vectors_for(self, depth: int, total: int) -> int:
         """Vectors to fetch for `depth` chunks: as many times more as the index has vectors per chunk."""
@@ -280,7 +289,7 @@ class DenseIndex:
         # HNSW cannot remove: hide the vectors at search time and rebuild once too many are hidden.
         present = set(faiss.vector_to_array(index.id_map).tolist())
         state.tombstones = sorted(set(state.tombstones) | (present & set(rowids)))
-        if len(state.tombstones) > TOMBSTONE_REBUILD_SHARE * index.ntotal:
+        if len(state.tombstones) > TOMBSTONE_REBUILD_SHARE * _live_chunks(index, []):  # chunks, not vectors
             index = self._rebuild_hnsw(index, drop=set(state.tombstones))
             state.tombstones = []
         return index
@@ -304,15 +313,19 @@ class DenseIndex:
         self.folder.mkdir(parents=True, exist_ok=True)
         name = f"vectors-{time.time_ns()}.faiss"
         temp = self.folder / f".{name}.tmp"
-        faiss.write_index(index, str(temp))
-        with open(temp, "rb") as file:
-            os.fsync(file.fileno())
-        os.replace(temp, self.folder / name)
+        try:
+            faiss.write_index(index, str(temp))
+            with open(temp, "rb") as file:
+                os.fsync(file.fileno())
+            os.replace(temp, self.folder / name)
+        except BaseException:  # a cut-short write leaves no index-sized temp file behind
+            temp.unlink(missing_ok=True)
+            raise
         state.vectors_file = name
         state.chunks = _live_chunks(index, state.tombstones)
         write_state(self.state_path, state)
-        for old in self.folder.glob("vectors-*.faiss"):
-            if old.name != name:
+        for old in [*self.folder.glob("vectors-*.faiss"), *self.folder.glob(".vectors-*.faiss.tmp")]:
+            if old.name != name:  # also the temp file of a process killed while writing
                 old.unlink(missing_ok=True)
 
 

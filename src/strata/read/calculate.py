@@ -40,13 +40,19 @@ def compute(expression: str, facts: Sequence[Claim]) -> tuple[float, list[int]]:
         raise ValueError(f"not an arithmetic expression: {expression!r}") from error
     citations: set[int] = set()
 
+    def fact_value(number: float) -> float:
+        cited = [n for fact in facts if fact_number(fact.value or "") == number for n in fact.citations]
+        if not cited:
+            raise ValueError(f"{number:g} in {expression!r} is not the value of any fact")
+        citations.update(cited)
+        return number
+
     def value(node: ast.expr) -> float:
-        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
-            cited = [n for fact in facts if fact_number(fact.value or "") == float(node.value) for n in fact.citations]
-            if not cited:
-                raise ValueError(f"{node.value} in {expression!r} is not the value of any fact")
-            citations.update(cited)
-            return float(node.value)
+        if (number := _number_of(node)) is not None:
+            return fact_value(number)
+        negated = _number_of(node.operand) if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) else None
+        if negated is not None and any(fact_number(fact.value or "") == -negated for fact in facts):
+            return fact_value(-negated)  # a fact of '-3', written '-3' in the expression
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
             return -value(node.operand) if isinstance(node.op, ast.USub) else value(node.operand)
         if isinstance(node, ast.BinOp) and type(node.op) in OPERATORS:
@@ -80,3 +86,10 @@ def calculation_claims(drafts: Sequence[CalculationDraft], facts: Sequence[Claim
             )
         )
     return claims, rejected
+
+
+def _number_of(node: ast.expr) -> float | None:
+    """The node's number when it is a numeric literal (True and False are not numbers here)."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
+        return float(node.value)
+    return None

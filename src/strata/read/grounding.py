@@ -34,7 +34,8 @@ DASHES = dict.fromkeys(map(ord, "\u2010\u2011\u2012\u2013\u2014\u2015\u2212\ufe6
 DIGIT_GROUP = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")  # '1,250' -> '1250', not '1,2'
 # Fine tokens: numbers, runs of letters, and the symbols that change meaning ('Mn2+', '5%', '<0.01'); letters and
 # digits split ('K548R' -> k 548 r) so that spacing and joining ('4.2mg', '4.2 mg') do not matter.
-FINE = re.compile(r"\d+(?:\.\d+)?|[^\W\d_]+|[+%<>±]")
+# A sign belongs to a number only where no word or digit precedes it ('-3 °C', '(+2 mV)'; not 'IL-6' or '5-10').
+FINE = re.compile(r"(?:(?<![\w.])[-+])?(?:\d+(?:\.\d+)?|\.\d+)|[^\W\d_]+|[+%<>±]")
 # Coarse terms: numbers, and words with their digits kept together ('k548r', 'mn2') so an identifier stays whole;
 # a number runs into no unit ('4.2mg' -> 4.2, mg).
 COARSE = re.compile(r"\d+(?:\.\d+)?|[^\W\d_][^\W_]*")
@@ -61,14 +62,18 @@ def normal_text(text: str) -> str:
 
 
 def _number(token: str) -> str:
-    """One spelling per number: '4.20' -> '4.2', '007' -> '7', '5.0' -> '5'."""
-    whole, _, fraction = token.partition(".")
+    """One spelling per number: '4.20' -> '4.2', '007' -> '7', '5.0' -> '5', '.05' -> '0.05', '+2' -> '2'; a minus
+    is kept ('-3' is not '3'), except on zero."""
+    negative = token.startswith("-")
+    whole, _, fraction = token.lstrip("+-").partition(".")
     whole, fraction = whole.lstrip("0") or "0", fraction.rstrip("0")
-    return f"{whole}.{fraction}" if fraction else whole
+    number = f"{whole}.{fraction}" if fraction else whole
+    return f"-{number}" if negative and number != "0" else number
 
 
 def fine_tokens(text: str) -> list[str]:
-    return [_number(token) if token[0].isdigit() else token for token in FINE.findall(normal_text(text))]
+    """Numbers (signed, in one spelling), words and meaningful symbols of `text`, in order."""
+    return [_number(token) if token[-1].isdigit() else token for token in FINE.findall(normal_text(text))]
 
 
 @functools.cache

@@ -137,8 +137,8 @@ def stated_claims(
             rejections.append(f"claim dropped, no cited passage states {what}")
     facts = [claim for claim in kept if claim.value is not None]
     for claim in claims:
-        if claim.expression is not None and recomputed(claim, facts, rejections):
-            kept.append(claim)
+        if claim.expression is not None and (checked := recomputed(claim, facts, rejections)) is not None:
+            kept.append(checked)
     return kept
 
 
@@ -163,14 +163,15 @@ def states_value(value: str, unit: str, passage: str) -> bool:
 UNIT_WINDOW = 6  # tokens either side of a value within which its unit must be written
 
 
-def recomputed(claim: Claim, facts: Sequence[Claim], rejections: list[str]) -> bool:
-    """Whether the calculation still computes, to the value it claims, from the facts validation kept."""
+def recomputed(claim: Claim, facts: Sequence[Claim], rejections: list[str]) -> Claim | None:
+    """The calculation citing the passages of the facts it uses, when it still computes, to the value it claims,
+    from the facts validation kept (its own citations may name a passage that validation rejected); else None."""
     try:
-        result, _ = compute(claim.expression or "", facts)
+        result, citations = compute(claim.expression or "", facts)
     except ValueError as error:
         rejections.append(f"calculation dropped: {error}")
-        return False
+        return None
     if fact_number(claim.value or "") != float(f"{result:.6g}"):
         rejections.append(f"calculation dropped: {claim.expression} is {result:.6g}, not {claim.value}")
-        return False
-    return True
+        return None
+    return claim.model_copy(update={"citations": citations})

@@ -1,8 +1,9 @@
 """Lit3R Retrieve: question-anchored iterative retrieval (Ranking A).
 
 Round 1 asks the LLM to split the question into subqueries; later rounds ask for new ones aimed at what the verifier
-found missing. Each subquery runs hybrid search with pseudo-relevance feedback and is reranked; all subquery rankings
-so far are pooled by reciprocal rank fusion. The verifier reads the pooled top evidence and says whether it suffices.
+found missing. Each subquery runs the `retrieve.method` search (RM3 feedback when `retrieve.prf` is on) and is
+reranked; all subquery rankings so far are pooled by reciprocal rank fusion. The verifier reads the pooled top
+evidence and says whether it suffices.
 The loop stops when it does, when no new subquery comes back, or after `max_rounds`.
 Without an LLM client the question itself is the one subquery of one round.
 """
