@@ -67,17 +67,19 @@ class DenseIndex:
         self.settings = settings
         self.state_path = folder / "state.json"
         self.embedder = Embedder(settings.embedding)
-        self._index: faiss.IndexIDMap | None = None
-        self._state: DenseState | None = None
+        # The index and the state it was saved with, replaced together: a search on one thread never pairs an index
+        # with another reload's tombstones or chunk count (the server searches on several threads while it ingests).
+        self._pair: tuple[faiss.IndexIDMap, DenseState] | None = None
         self._loaded_version: tuple[int, int] | None = None
 
     # reading
 
     def __len__(self) -> int:
-        index = self._current()
-        if index is None or self._state is None:
+        loaded = self._loaded()
+        if loaded is None:
             return 0
-        return self._state.chunks if self._state.chunks is not None else index.ntotal - len(self._state.tombstones)
+        index, state = loaded
+        return state.chunks if state.chunks is not None else _live_chunks(index, state.tombstones)
 
     def search_text(self, text: str, depth: int, rowids: Collection[int] | None = None) -> list[ChunkScore]:
         if self._current() is None:
@@ -93,12 +95,13 @@ class DenseIndex:
         return ranked_rowids(*self._nearest(vector, depth, rowids))
 
     def _nearest(self, vector: np.ndarray, depth: int, rowids: Collection[int] | None) -> Hits:
-        index = self._current()
-        if index is None or index.ntotal == 0 or (rowids is not None and not rowids):
+        loaded = self._loaded()
+        if loaded is None or loaded[0].ntotal == 0 or (rowids is not None and not rowids):
             return (), ()
-        selector, parts = self._selector(rowids)
+        index, state = loaded
+        selector, parts = _selector(state, rowids)
         query = np.ascontiguousarray(vector, dtype=np.float32).reshape(1, -1)
-        fetch = self._vectors_for(depth, index.ntotal)
+        fetch = _vectors_for(state, depth, index.ntotal)
         while True:
             scores, ids = index.search(query, fetch, params=self._search_parameters(index, selector, fetch))
             found = ids[0] >= 0  # fewer than `fetch` vectors are padded with -1: there are no more
@@ -120,45 +123,26 @@ class DenseIndex:
             )
         return faiss.SearchParameters(sel=selector) if selector is not None else None  # type: ignore[call-arg]
 
-    def _vectors_for(self, depth: int, total: int) -> int:
-        """Vectors to fetch for `depth` chunks: as many times more as the index has vectors per chunk."""
-        assert self._state is not None
-        if not self._state.sentences or not self._state.chunks:
-            return min(depth, total)
-        return min(total, math.ceil(depth * total / self._state.chunks))
-
-    def _selector(self, rowids: Collection[int] | None) -> tuple[faiss.IDSelector | None, list[faiss.IDSelector]]:
-        """A selector admitting `rowids` (all when None) minus tombstones, and every part it points to (faiss
-        selectors hold raw pointers, so the caller keeps the parts alive while searching)."""
-        assert self._state is not None
-        parts: list[faiss.IDSelector] = []
-        conditions: list[faiss.IDSelector] = []
-        if self._state.tombstones:
-            hidden = _batch_selector(self._state.tombstones)
-            parts.append(hidden)
-            conditions.append(faiss.IDSelectorNot(hidden))
-        if rowids is not None:
-            conditions.append(_batch_selector(rowids))
-        parts.extend(conditions)
-        if len(conditions) == 2:
-            parts.append(faiss.IDSelectorAnd(*conditions))
-        return (parts[-1] if conditions else None), parts
-
     def vectors(self) -> dict[int, np.ndarray] | None:
         """Every live chunk vector by store row id, None before the first sync: for stages that reuse the
         embeddings (paper vectors in Relate, moving a corpus to another backend) instead of embedding again."""
-        index = self._current()
-        if index is None or self._state is None:
+        loaded = self._loaded()
+        if loaded is None:
             return None
+        index, state = loaded
         rowids = faiss.vector_to_array(index.id_map)
         vectors = faiss.downcast_index(index.index).reconstruct_n(0, index.ntotal)
-        hidden = set(self._state.tombstones)
+        hidden = set(state.tombstones)
         # A chunk's own vector is added before its sentences', so its first row is the chunk's.
         _, first = np.unique(rowids, return_index=True)
         return {rowid: vectors[row] for row in first.tolist() if (rowid := int(rowids[row])) not in hidden}
 
     def _current(self) -> faiss.IndexIDMap | None:
-        """The saved index, reloaded when another process (or a sync) has switched the state file since."""
+        loaded = self._loaded()
+        return None if loaded is None else loaded[0]
+
+    def _loaded(self) -> tuple[faiss.IndexIDMap, DenseState] | None:
+        """The saved index and its state, reloaded when another process (or a sync) has switched the state file."""
         try:
             info = self.state_path.stat()
         except FileNotFoundError:
@@ -170,13 +154,13 @@ class DenseIndex:
                 return None
             self._check_compatible(state)
             try:
-                self._index = _read_index(self.folder / state.vectors_file)
+                index = _read_index(self.folder / state.vectors_file)
             except RuntimeError:
                 if self.state_path.stat().st_ino == info.st_ino:
                     raise
-                return self._current()  # a concurrent sync replaced that file after we read the state
-            self._state, self._loaded_version = state, version
-        return self._index
+                return self._loaded()  # a concurrent sync replaced that file after we read the state
+            self._pair, self._loaded_version = (index, state), version
+        return self._pair
 
     def _check_compatible(self, state: DenseState) -> None:
         if _identity(state) != self._expected_identity():
@@ -348,6 +332,32 @@ def _best_per_chunk(rowids: np.ndarray, scores: np.ndarray, depth: int) -> Hits:
     _, first = np.unique(rowids, return_index=True)
     keep = np.sort(first)[:depth]
     return rowids[keep], scores[keep]
+
+
+def _vectors_for(state: DenseState, depth: int, total: int) -> int:
+    """Vectors to fetch for `depth` chunks: as many times more as the index has vectors per chunk."""
+    if not state.sentences or not state.chunks:
+        return min(depth, total)
+    return min(total, math.ceil(depth * total / state.chunks))
+
+
+def _selector(
+    state: DenseState, rowids: Collection[int] | None
+) -> tuple[faiss.IDSelector | None, list[faiss.IDSelector]]:
+    """A selector admitting `rowids` (all when None) minus `state`'s tombstones, and every part it points to (faiss
+    selectors hold raw pointers, so the caller keeps the parts alive while searching)."""
+    parts: list[faiss.IDSelector] = []
+    conditions: list[faiss.IDSelector] = []
+    if state.tombstones:
+        hidden = _batch_selector(state.tombstones)
+        parts.append(hidden)
+        conditions.append(faiss.IDSelectorNot(hidden))
+    if rowids is not None:
+        conditions.append(_batch_selector(rowids))
+    parts.extend(conditions)
+    if len(conditions) == 2:
+        parts.append(faiss.IDSelectorAnd(*conditions))
+    return (parts[-1] if conditions else None), parts
 
 
 def _live_chunks(index: faiss.IndexIDMap, tombstones: list[int]) -> int:
