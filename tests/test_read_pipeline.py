@@ -7,6 +7,7 @@ from collections.abc import Sequence
 import pytest
 from corpus_support import bm25_corpus
 
+from strata.documents.builder import PaperBuilder
 from strata.documents.model import Candidate, ChunkHit, Ranking
 from strata.llm import ContinuationScore, Generation, LLMClient, LLMError, Scoring, Trace
 from strata.pipeline import ask as pipeline_module
@@ -141,6 +142,19 @@ def test_a_papers_passages_are_searched_with_the_question_and_its_options(make_p
     pipeline.ask(QUESTION, options=OPTIONS)
     pipeline.ask(QUESTION)
     assert searched == [" ".join([QUESTION, *OPTIONS]), QUESTION]
+
+
+def test_a_papers_passages_leave_out_entries_under_a_reference_heading_of_any_content_type(make_pipeline):
+    pipeline = make_pipeline(RuleBackend())
+    builder = PaperBuilder("cited", "test")
+    builder.open_section("Results", level=1, page=1)
+    builder.add_block("Controls in the diet study gained 5 g.", page=1)
+    builder.open_section("References", level=1, page=2)  # a list the parser read as prose
+    builder.add_block("Smith J. Diet study of control mice weight gain. J Diet 2020.", page=2)
+    pipeline.corpus.store.put_paper(builder.build(title="Diet study"), "sha-cited")
+    pipeline.corpus.index.sync()
+    (hits,) = pipeline.passages("diet study control mice weight gain", ["cited"]).values()
+    assert [hit.locator.section_path for hit in hits] == [("Results",)]
 
 
 def test_no_accepted_paper_means_cannot_answer_with_nothing_cited(make_pipeline):

@@ -20,9 +20,9 @@ from contextlib import contextmanager
 
 from strata.config import Settings
 from strata.corpus import Corpus, CorpusView
-from strata.documents.model import ChunkHit, ContentType, Ranking
+from strata.documents.model import ChunkHit, Ranking
 from strata.llm import LLMClient, Trace, tracing
-from strata.read.local import LocalReader
+from strata.read.local import LocalReader, is_reference_entry
 from strata.read.model import (
     Answer,
     AnswerFormat,
@@ -210,7 +210,7 @@ class Pipeline:
         search = searcher.settings.model_copy(update={"chunks_per_paper": wanted + REFERENCE_SLACK})
         ranking = searcher.with_settings(search).search(query, k=len(paper_ids), prf=False, paper_ids=paper_ids)
         return {
-            candidate.paper_id: [hit for hit in candidate.chunks if hit.content_type != ContentType.REFERENCE][:wanted]
+            candidate.paper_id: [hit for hit in candidate.chunks if not is_reference_entry(hit)][:wanted]
             for candidate in ranking.candidates
         }
 
