@@ -125,6 +125,25 @@ def test_references_signal_scores_coupling_and_direct_citation():
     assert graph.neighbours(FakeStore(), "b", 5) == []
 
 
+def test_a_shared_work_counts_once_however_many_of_its_identifiers_match():
+    work = "A long title of the one shared work on graph kernels"
+    references = {
+        "s": [Reference(raw="w", doi="10.1/w", title=work), Reference(raw="z", doi="10.1/z")],
+        "p": [Reference(raw="w", doi="10.1/w", title=work), Reference(raw="q", doi="10.1/q")],  # DOI and title
+        "m": [Reference(raw="w", title=work), Reference(raw="r", doi="10.1/r")],  # the title alone
+    }
+
+    class SharedStore(FakeStore):
+        def paper_ids(self):
+            return sorted(references)
+
+        def references_of(self, paper_id):
+            return references[paper_id]
+
+    # One shared work of two references each for both: equal scores, so the ids break the tie.
+    assert ReferenceGraph().neighbours(SharedStore(), "s", 5) == ["m", "p"]
+
+
 def test_each_signal_can_be_switched_off(tmp_path):
     corpus = FakeCorpus([])
     all_on = Relater(corpus, settings(tmp_path).relate, tmp_path).expand(ranking(["a", "c"]))

@@ -113,3 +113,21 @@ def test_training_groups_each_positive_with_the_negatives_mined_for_its_query():
              pair("q1", "e", 1.0), pair("q1", "f", 0.0)]  # the same words from another passage: its own group
     groups = query_groups(pairs)
     assert [[p.passage for p in group] for group in groups] == [["a", "b", "c"], ["e", "f"]]
+
+
+
+def test_an_install_after_one_cut_between_its_renames_never_deletes_the_only_model(tmp_path: Path):
+    from strata.train.cross_encoder import install
+
+    output, old = tmp_path / "ce", tmp_path / "ce.old"
+    old.mkdir()
+    (old / "config.json").write_text("the only model")  # a crash left it renamed away, with no new one in place
+    with pytest.raises(FileNotFoundError):
+        install(tmp_path / "missing", output)  # this install fails too, at its last rename
+    survivors = [folder / "config.json" for folder in (output, old) if (folder / "config.json").is_file()]
+    assert [path.read_text() for path in survivors] == ["the only model"]
+    staged = tmp_path / "staged"
+    staged.mkdir()
+    (staged / "config.json").write_text("new")
+    install(staged, output)
+    assert (output / "config.json").read_text() == "new" and not old.exists()

@@ -165,7 +165,7 @@ class ReferenceGraph:
     def __init__(self) -> None:
         self._cites: dict[str, set[str]] = {}
         self._cited_by: dict[str, set[str]] = {}
-        self._keys: dict[str, set[str]] = {}
+        self._references: dict[str, list[frozenset[str]]] = {}  # each comparable reference's identifiers
         self._holders: dict[str, set[str]] = {}
         self._version: StoreVersion | None = None
 
@@ -173,28 +173,29 @@ class ReferenceGraph:
         version = store_version(store)
         if version == self._version:
             return
-        self._cites, self._cited_by, self._keys, self._holders = {}, {}, {}, {}
+        self._cites, self._cited_by, self._references, self._holders = {}, {}, {}, {}
         for paper_id in store.paper_ids():
-            keys: set[str] = set()
             for reference in store.references_of(paper_id):
-                keys |= reference_keys(reference)
+                if keys := reference_keys(reference):
+                    self._references.setdefault(paper_id, []).append(frozenset(keys))
+                    for key in keys:
+                        self._holders.setdefault(key, set()).add(paper_id)
                 if reference.resolved_paper_id and reference.resolved_paper_id != paper_id:
                     self._cites.setdefault(paper_id, set()).add(reference.resolved_paper_id)
                     self._cited_by.setdefault(reference.resolved_paper_id, set()).add(paper_id)
-            if keys:
-                self._keys[paper_id] = keys
-                for key in keys:
-                    self._holders.setdefault(key, set()).add(paper_id)
         self._version = version
 
     def neighbours(self, store: PaperStore, paper_id: str, n: int) -> list[str]:
-        """Papers by direct citation (1 point, either direction) plus shared references / sqrt(|refs a|·|refs b|)."""
+        """Papers by direct citation (1 point, either direction) plus shared references / sqrt(|refs a|·|refs b|),
+        counting references with an identifier (DOI, arXiv id or a long title), each once however many of its
+        identifiers match."""
         self.refresh(store)
         scores: defaultdict[str, float] = defaultdict(float)
-        own = self._keys.get(paper_id, set())
-        shared: Counter[str] = Counter(other for key in own for other in self._holders[key] if other != paper_id)
+        own = self._references.get(paper_id, [])
+        citing = (set().union(*(self._holders[key] for key in reference)) for reference in own)
+        shared: Counter[str] = Counter(other for holders in citing for other in holders if other != paper_id)
         for other, count in shared.items():
-            scores[other] += count / math.sqrt(len(own) * len(self._keys[other]))
+            scores[other] += count / math.sqrt(len(own) * len(self._references[other]))
         for other in self._cites.get(paper_id, set()) | self._cited_by.get(paper_id, set()):
             scores[other] += 1.0
         return [other for other, _ in sorted(scores.items(), key=lambda item: (-item[1], item[0]))[:n]]

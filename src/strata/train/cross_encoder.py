@@ -63,7 +63,7 @@ class EpochReport(BaseModel):
 
 class TrainingReport(BaseModel):
     model_dir: str
-    queries: dict[str, int] = Field(description="Training queries per source (title, inverse-cloze, llm)")
+    queries: dict[str, int] = Field(description="Training queries per source (title, inverse-cloze, section, llm)")
     failed_llm_queries: int = Field(description="Passages whose LLM query generation gave no usable answer")
     pairs: dict[str, int] = Field(description="Training pairs (positives and mined negatives) per source")
     dropped_false_negatives: int = Field(description="Mined negatives the dense encoder scored above the positive")
@@ -238,8 +238,11 @@ def warmup_then_decay(step: int, total: int) -> float:
 
 
 def install(staged: Path, output: Path) -> None:
-    """Swap `staged` into `output`; the old model stays loadable until the new one is in place."""
+    """Swap `staged` into `output`; the old model stays loadable until the new one is in place (after a crash between
+    the two renames, the next install puts the old one back first)."""
     old = output.with_name(output.name + ".old")
+    if old.exists() and not output.exists():
+        old.rename(output)
     shutil.rmtree(old, ignore_errors=True)
     if output.exists():
         output.rename(old)
@@ -309,7 +312,8 @@ def train_cross_encoder(
     failed += failed_validation
     # A random cap, so every source (the LLM's queries come last) keeps its share of the validation queries.
     held = random.Random(rerank.train_seed).sample(held, min(len(held), rerank.train_validation_queries))
-    log(f"{len(train)} training and {len(held)} validation queries {count_by_source(queries)}")
+    log(f"{len(train)} training queries {count_by_source(train)} and {len(held)} validation queries "
+        f"{count_by_source(held)}")
     similarity = paper_similarity(corpus) if settings.index.dense else None
     if not held:
         raise ValueError("no validation queries came from the held-out papers; raise rerank.train_validation_share")
