@@ -12,7 +12,7 @@ from corpus_support import bm25_corpus
 from strata.config import Settings
 from strata.documents.model import Candidate, Ranking
 from strata.llm import LLMOutputError
-from strata.rerank import make_reranker
+from strata.rerank import FirstStage, make_reranker
 from strata.rerank.crossencoder import FUSION_FILE, CrossEncoderReranker, trained_model_dir
 from strata.rerank.fusion import FusedReranker, FusionChoice
 from strata.rerank.texts import PaperTexts, window_starts
@@ -170,7 +170,8 @@ def test_a_training_run_validates_and_the_factory_fuses_at_the_chosen_weight(tmp
         assert chosen == report.fusion and set(chosen.curve) >= {"0", "1"}
         assert chosen.curve[f"{chosen.weight:g}"] >= chosen.curve["0"]  # never below the first stage on validation
         reranker = make_reranker(settings, corpus.store, method="cross-encoder")
-        expected = CrossEncoderReranker if chosen.weight == 1.0 else FusedReranker
+        # weight 0: validation kept the first stage, and the model is not even loaded
+        expected = {0.0: FirstStage, 1.0: CrossEncoderReranker}.get(chosen.weight, FusedReranker)
         assert isinstance(reranker, expected)
         ranking = reranker.rank("zinc samples", corpus.searcher.search("zinc samples", k=10))
         assert len(ranking.candidates) == 10
