@@ -79,3 +79,27 @@ def test_a_search_snippet_is_never_blank_on_a_terminal() -> None:
     assert _snippet("\ue000\ue012 \u200b\x07") == "(no printable text)"
     assert _snippet("Graphene\ue000 conducts\u200b\n\nwell") == "Graphene conducts well"
     assert _snippet("word " * 100, width=20) == "word word word word…"
+
+
+def test_a_changed_file_that_drops_a_record_drops_its_paper_and_nothing_else(tmp_path: Path):
+    import json
+
+    from strata.config import Settings
+    from strata.corpus import Corpus
+
+    def write(path: Path, ids: list[str]) -> None:
+        path.write_text("".join(json.dumps({"_id": i, "title": f"Zinc study {i}", "text": f"Zinc trial {i} in colds."})
+                                + "\n" for i in ids))  # fmt: skip
+
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    write(folder / "one.jsonl", ["a", "b"])
+    write(folder / "two.jsonl", ["c"])
+    settings = Settings.load(overrides={"store.home": str(tmp_path / "home"), "index.dense": False})
+    ingest([folder], settings)
+    write(folder / "one.jsonl", ["a"])  # record b removed from the file
+    again = ingest([folder], settings)
+    assert [(Path(o.path).name, o.papers_removed) for o in again.files if o.status == "ok"] == [("one.jsonl", 1)]
+    with Corpus.open(settings) as corpus:
+        assert corpus.store.paper_ids() == ["a", "c"]
+        assert "b" not in corpus.searcher.search("zinc trial b colds", k=5, method="bm25").paper_ids

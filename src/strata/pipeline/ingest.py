@@ -43,6 +43,7 @@ class FileOutcome(BaseModel):
     status: str = Field(description="'ok', 'skipped' (unchanged since last ingest) or 'failed'")
     papers_added: int = 0
     papers_unchanged: int = 0
+    papers_removed: int = Field(default=0, description="Papers an earlier version of the file held and this one lacks")
     chunks: int = 0
     pages: int = 0
     seconds: float = 0.0
@@ -185,21 +186,24 @@ def parse_file(path: Path, settings: Settings) -> Generator[Paper, None, None]:
 def store_file(
     store: WritableStore, key: str, digest: str, papers: Iterable[Paper], added: list[Paper] | None = None
 ) -> FileOutcome:
-    """Commit each of a file's papers on its own, then record the file as ingested; papers written now are appended
-    to `added` when given."""
+    """Commit each of a file's papers on its own, drop the papers an earlier version of the file held and this one
+    lacks, then record the file as ingested; papers written now are appended to `added` when given."""
     outcome = FileOutcome(path=key, status="ok")
+    seen: set[str] = set()
     for paper in papers:
+        seen.add(paper.id)
         # Papers committed before an interruption are kept; the rerun skips them.
         if store.has_paper(paper.id, digest):
             outcome.papers_unchanged += 1
             continue
-        paper.source_path = paper.source_path or key
+        paper.source_path = key  # the file's key, so its next version can find the papers it no longer holds
         store.put_paper(paper, digest)
         if added is not None:
             added.append(paper)
         outcome.papers_added += 1
         outcome.chunks += len(paper.chunks)
         outcome.pages += max((chunk.page or 0 for chunk in paper.chunks), default=0)
+    outcome.papers_removed = len(store.remove_papers_of_file(key, keep=seen))
     store.record_file(key, digest, "ok", paper_count=outcome.papers_added + outcome.papers_unchanged)
     return outcome
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from contextlib import AbstractContextManager, closing
 from typing import Any, Self
 
@@ -193,6 +193,17 @@ class SqlCorpusStore:
                     for i, r in enumerate(p.references)
                 ],
             )
+
+    def remove_papers_of_file(self, source_path: str, keep: Collection[str]) -> list[str]:
+        """Delete the papers stored from `source_path` that are not in `keep` (a changed file's dropped records), in
+        one transaction; their ids."""
+        stored = self._query("SELECT id FROM papers WHERE source_path = ? ORDER BY id", [source_path])
+        gone = [paper_id for (paper_id,) in stored if paper_id not in keep]
+        if gone:
+            with self._transaction() as db, closing(db.cursor()) as cursor:
+                for paper_id in gone:
+                    self._delete_paper(cursor, paper_id)
+        return gone
 
     def _delete_paper(self, cursor: Any, paper_id: str) -> None:
         # Logged in row id order, so indices drop a paper's chunks in the order they were added.
