@@ -113,6 +113,18 @@ def test_ingest_folders_must_lie_inside_the_storage_root(guarded, folder: str) -
     assert response.status_code == 400 and "outside the storage root" in response.json()["detail"]
 
 
+def test_a_file_linking_out_of_the_storage_root_is_not_ingested_from_a_folder(guarded) -> None:
+    client, outside, root = guarded
+    secret = outside / "secret.jsonl"
+    secret.write_text('{"_id": "leak", "title": "Private notes", "text": "Not for the corpus."}\n')
+    (root / "linked").mkdir(parents=True, exist_ok=True)
+    (root / "linked" / "notes.jsonl").symlink_to(secret)
+    response = client.post("/ingest", data={"folder": "linked"})
+    assert response.status_code == 200 and response.json()["files"] == []
+    assert client.get("/papers/leak").status_code == 404
+    assert client.post("/ingest", data={"folder": "bad\x00name"}).status_code == 400
+
+
 def test_upload_size_and_count_limits(guarded) -> None:
     client, outside, _ = guarded
     before = _files_under(outside)

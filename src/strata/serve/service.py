@@ -374,14 +374,21 @@ class CorpusService:
             return self._ingest(targets)
 
     def ingest_folder(self, folder: str) -> IngestReport:
-        """Ingest a folder (or file) that already lies inside the storage root, named relative to it."""
-        path = (self.storage_root / folder).resolve()
+        """Ingest a folder (or file) that already lies inside the storage root, named relative to it; a file inside
+        it that links out of the root is left out."""
+        from strata.documents.parsers import discover
+
+        try:
+            path = (self.storage_root / folder).resolve()
+        except (OSError, ValueError) as error:  # e.g. a NUL byte in the name
+            raise ServiceError(f"folder {folder!r} is not a usable path: {error}") from error
         if not path.is_relative_to(self.storage_root):
             raise ServiceError(f"folder {folder!r} is outside the storage root; name a path inside it")
         if not path.exists():
             raise NotFoundError(f"no file or folder {folder!r} in the storage root")
+        inside = [found for found in discover([path]) if found.resolve().is_relative_to(self.storage_root)]
         with self._ingest_lock:
-            return self._ingest([path])
+            return self._ingest(inside)
 
     def _upload_target(self, name: str) -> Path:
         plain = Path(name).name
