@@ -84,6 +84,18 @@ def test_toc_without_a_question_is_the_papers_section_tree(server) -> None:
     assert "Methods" in [section["title"] for section in toc["sections"]]
 
 
+def test_a_toc_question_the_papers_toc_cannot_answer_is_a_clear_400(server, monkeypatch) -> None:
+    import strata.toc.query as toc_query
+
+    def no_leaves(settings, paper, question, k=None):
+        raise ValueError(f"{paper.id}: its ToC has no leaves to answer with")
+
+    monkeypatch.setattr(toc_query, "answer_from_toc", no_leaves)
+    client, _ = server
+    response = client.get("/toc/10.1007_s00125-024-06103-w", params={"q": "What was measured?"})
+    assert response.status_code == 400 and "no leaves to answer with" in response.json()["detail"]
+
+
 def test_ask_streams_stages_then_an_answer_whose_evidence_resolves(server) -> None:
     client, _ = server
     response = client.post("/ask", json={"question": QUESTION})

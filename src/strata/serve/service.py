@@ -311,7 +311,10 @@ class CorpusService:
             from strata.toc.query import answer_from_toc
 
             with self._llm_slots:  # the paper is already read: no second store connection for it
-                answer = answer_from_toc(self.settings, paper, question, k=k)
+                try:
+                    answer = answer_from_toc(self.settings, paper, question, k=k)
+                except ValueError as error:  # e.g. a ToC with no leaves: the request, not the server, is at fault
+                    raise ServiceError(str(error)) from error
         return TocView(paper_id=paper.id, title=paper.title, sections=paper.sections, answer=answer)
 
     def _get_paper(self, paper_id: str) -> Paper:
