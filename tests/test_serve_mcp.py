@@ -26,6 +26,8 @@ async def _session(home: Path) -> dict:
             "toc": await client.call_tool("toc", {"paper_id": KCNJ11}),
             "section": await client.call_tool("read_section", {"paper_id": KCNJ11, "section_path": ["Introduction"]}),
             "missing": await client.call_tool("read_section", {"paper_id": KCNJ11, "section_path": ["Nowhere"]}),
+            "one_option": await client.call_tool("ask", {"question": "Which?", "options": ["A"], "format": "mc"}),
+            "long_option": await client.call_tool("ask", {"question": "Which?", "options": ["A", "B" * 1001]}),
         }
 
 
@@ -60,3 +62,8 @@ def test_toc_and_read_section_walk_a_paper(session: dict) -> None:
     assert section["locator"].startswith(f"{KCNJ11}#")
     missing = session["missing"]
     assert missing.is_error and "Nowhere" in missing.content[0].text and "Introduction" in missing.content[0].text
+
+
+def test_ask_refuses_options_http_would_refuse_before_loading_anything(session: dict) -> None:
+    assert session["one_option"].is_error and "at least two options" in session["one_option"].content[0].text
+    assert session["long_option"].is_error and "1 to 1000 characters" in session["long_option"].content[0].text

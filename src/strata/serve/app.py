@@ -35,6 +35,8 @@ from strata.pipeline.ingest import IngestReport
 from strata.read.model import AnswerFormat, AskCancelled, AskResult, StageEvent
 from strata.retrieve.hybrid import Method
 from strata.serve.service import (
+    MAX_OPTION_CHARS,
+    MAX_OPTIONS,
     AskFunction,
     CorpusService,
     Health,
@@ -62,8 +64,8 @@ RANKING_JSON = TypeAdapter(Ranking)
 
 class AskRequest(BaseModel):
     question: str = Field(min_length=1, description="The question; at most serve.max_query_chars characters")
-    options: list[Annotated[str, Field(min_length=1, max_length=1000)]] | None = Field(
-        default=None, max_length=26, description="Multiple choice: the options, verbatim"
+    options: list[Annotated[str, Field(min_length=1, max_length=MAX_OPTION_CHARS)]] | None = Field(
+        default=None, max_length=MAX_OPTIONS, description="Multiple choice: the options, verbatim"
     )
     format: AnswerFormat = Field(default="text", description="'text', 'mc' (needs options) or 'table'")
 

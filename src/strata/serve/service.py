@@ -35,6 +35,8 @@ if TYPE_CHECKING:
     from strata.pipeline.ask import Pipeline
 
 UPLOADS = "uploads"  # sub-folder of the storage root that uploaded files are written to
+MAX_OPTIONS = 26  # multiple-choice options are lettered A-Z
+MAX_OPTION_CHARS = 1000  # options join the question in the search query, so each is bounded like a query
 FAISS_THREADS = 1
 
 
@@ -349,6 +351,7 @@ class CorpusService:
         on_event: Callable[[StageEvent], None] | None = None,
     ) -> AskResult:
         self.check_query(question)
+        check_options(options or [], answer_format)
         ask_fn = self.answer_function()
         with self._llm_slots:
             return ask_fn(question, self.settings, options=options, answer_format=answer_format, on_event=on_event)
@@ -413,3 +416,13 @@ class CorpusService:
         for outcome in report.files:
             outcome.path = str(Path(outcome.path).relative_to(self.storage_root))
         return report
+
+
+def check_options(options: list[str], answer_format: AnswerFormat) -> None:
+    """The rules every client's multiple-choice options meet (HTTP's request model states the same ones)."""
+    if answer_format == "mc" and len(options) < 2:
+        raise ServiceError("a multiple-choice question ('format': 'mc') needs at least two options")
+    if len(options) > MAX_OPTIONS:
+        raise ServiceError(f"{len(options)} options; at most {MAX_OPTIONS} (lettered A-Z)")
+    if any(not option.strip() or len(option) > MAX_OPTION_CHARS for option in options):
+        raise ServiceError(f"every option needs 1 to {MAX_OPTION_CHARS} characters")
