@@ -90,6 +90,14 @@ def test_a_section_heading_with_the_paper_title_finds_that_sections_text_and_neg
         pairs, _ = mined_pairs(made[:1], Hits(), texts, settings, similarity=None)
         assert [p.label for p in pairs] == [1.0, 0.0, 0.0]
         assert all(p.passage.startswith("We ") for p in pairs)  # no title on either side: no shortcut
+        other = PaperBuilder("other", "test")
+        for heading, prose in (("Introduction", "Beakers are common. " * 12),
+                               ("Methods", "Cells grew in media. " * 12)):  # fmt: skip
+            other.open_section(heading, level=1, page=1)
+            other.add_block(prose, page=1)
+        corpus.store.put_paper(other.build(title="Another study"), "sha-other")
+        negative = passage_of(texts, "section", "other", 120, query="Cell growth in flasks: Methods")
+        assert negative.startswith("Cells grew in media")  # the other paper's Methods, not its opening words
 
 
 def test_the_validation_split_holds_out_whole_papers():

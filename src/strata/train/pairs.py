@@ -75,9 +75,15 @@ def passage_of(
     texts: PaperTexts, source: Source, paper_id: str, words: int, query: str = "", windows: int = 1
 ) -> str:
     """How a source shows a paper: title and section queries name the paper's title, so they see bodies only
-    (positives and negatives alike, so the model cannot tell them apart by a missing title); the others see the
-    reranker's own title + window, the one of its first `windows` sharing most words with `query` (the window a
-    MaxP reranker's score would come from)."""
+    (positives and negatives alike, so the model cannot tell them apart by a missing title), and a section query's
+    negative is the other paper's section sharing most words with it (its positive is a section's opening, not a
+    paper's, so an opening negative would teach the kind of passage, not relevance); the others see the reranker's
+    own title + window, the one of its first `windows` sharing most words with `query` (the window a MaxP reranker's
+    score would come from)."""
+    sections = texts.sections(paper_id) if source == "section" else []
+    if sections:  # matched on heading and text ('...: Methods' finds a Methods section), shown as text alone
+        openings = {f"{heading} {prose}": " ".join(prose.split(maxsplit=words)[:words]) for heading, prose in sections}
+        return openings[nearest_window(list(openings), query)]
     if source in UNTITLED:
         return " ".join(texts.body(paper_id)[:words])
     return nearest_window(texts.windows(paper_id, words, windows), query)
