@@ -64,3 +64,36 @@ def test_ask_runs_the_real_pipeline_and_cites_only_stored_chunks(tmp_path_factor
                 located = client.get(f"/locate/{quote(item['locator'], safe='')}")
                 assert located.status_code == 200 and located.json()["text"] == item["text"]
                 assert item["quote"] and normalized(item["quote"]) in normalized(item["text"])
+
+
+def test_two_first_questions_at_once_open_one_pipeline(monkeypatch) -> None:
+    import threading
+    import time
+    from contextlib import contextmanager
+
+    import strata.pipeline.ask as ask_module
+    from strata.config import Settings
+    from strata.serve.service import ResidentPipeline
+
+    opened: list[int] = []
+
+    class Answers:
+        def ask(self, question, **_):
+            return question
+
+    @contextmanager
+    def slow_open(settings):
+        opened.append(1)
+        time.sleep(0.3)  # loading a model: long enough for the second question to arrive meanwhile
+        yield Answers()
+
+    monkeypatch.setattr(ask_module, "open_pipeline", slow_open)
+    resident = ResidentPipeline()
+    answers: list[str] = []
+    threads = [threading.Thread(target=lambda q=q: answers.append(resident(q, Settings()))) for q in ("a?", "b?")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    resident.close()
+    assert len(opened) == 1 and sorted(answers) == ["a?", "b?"]

@@ -144,12 +144,14 @@ class ResidentPipeline:
         self._open_pipeline = open_pipeline
         self._stack = ExitStack()
         self._pipeline: Pipeline | None = None
+        self._opening = threading.Lock()  # concurrent first questions (serve.concurrent_asks > 1) open one pipeline
 
     def __call__(self, question: str, settings: Settings, *, options: list[str] | None = None,
                  answer_format: AnswerFormat = "text", on_event: Callable[[StageEvent], None] | None = None
                  ) -> AskResult:
-        if self._pipeline is None:
-            self._pipeline = self._stack.enter_context(self._open_pipeline(settings))
+        with self._opening:
+            if self._pipeline is None:
+                self._pipeline = self._stack.enter_context(self._open_pipeline(settings))
         return self._pipeline.ask(question, options=options, answer_format=answer_format, on_event=on_event)
 
     def close(self) -> None:
@@ -164,6 +166,7 @@ class CorpusService:
         self.limits = settings.serve
         self.storage_root = Path(settings.serve.storage_root or Path(settings.store.home) / "files").resolve()
         self._ask_fn = ask_fn
+        self._ask_fn_lock = threading.Lock()
         self.corpus = Corpus(settings)
         self._store = self.corpus.store
         self.reranker = self._search_reranker()
@@ -336,12 +339,13 @@ class CorpusService:
 
     def answer_function(self) -> AskFunction:
         """The injected ask function, or the Read pipeline (imported on first use, then kept open)."""
-        if self._ask_fn is None:
-            try:
-                self._ask_fn = self._resident.enter_context(closing(ResidentPipeline()))
-            except ImportError as error:
-                raise UnavailableError(f"the answer pipeline is not available: {error}") from error
-        return self._ask_fn
+        with self._ask_fn_lock:  # MCP tools and HTTP requests call this from several threads
+            if self._ask_fn is None:
+                try:
+                    self._ask_fn = self._resident.enter_context(closing(ResidentPipeline()))
+                except ImportError as error:
+                    raise UnavailableError(f"the answer pipeline is not available: {error}") from error
+            return self._ask_fn
 
     def ask(
         self,
