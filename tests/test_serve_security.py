@@ -95,12 +95,18 @@ def test_upload_names_never_escape_the_storage_root(guarded, name: str) -> None:
     assert _files_under(outside) == before
 
 
+def _link_out(outside: Path, link: Path, name: str, text: str) -> Path:
+    """A file `name` outside the storage root holding `text`, and `link` (inside it) pointing at that file."""
+    target = outside / name
+    target.write_text(text)
+    link.parent.mkdir(parents=True, exist_ok=True)
+    link.symlink_to(target)
+    return target
+
+
 def test_a_symlink_planted_in_the_upload_folder_is_not_followed(guarded) -> None:
     client, outside, root = guarded
-    target = outside / "precious.txt"
-    target.write_text("keep me")
-    (root / "uploads").mkdir(parents=True, exist_ok=True)
-    (root / "uploads" / "trap.pdf").symlink_to(target)
+    target = _link_out(outside, root / "uploads" / "trap.pdf", "precious.txt", "keep me")
     response = client.post("/ingest", files=[("files", ("trap.pdf", b"overwritten", "application/pdf"))])
     assert response.status_code == 400 and "outside the storage root" in response.json()["detail"]
     assert target.read_text() == "keep me"
@@ -115,10 +121,8 @@ def test_ingest_folders_must_lie_inside_the_storage_root(guarded, folder: str) -
 
 def test_a_file_linking_out_of_the_storage_root_is_not_ingested_from_a_folder(guarded) -> None:
     client, outside, root = guarded
-    secret = outside / "secret.jsonl"
-    secret.write_text('{"_id": "leak", "title": "Private notes", "text": "Not for the corpus."}\n')
-    (root / "linked").mkdir(parents=True, exist_ok=True)
-    (root / "linked" / "notes.jsonl").symlink_to(secret)
+    record = '{"_id": "leak", "title": "Private notes", "text": "Not for the corpus."}\n'
+    _link_out(outside, root / "linked" / "notes.jsonl", "secret.jsonl", record)
     response = client.post("/ingest", data={"folder": "linked"})
     assert response.status_code == 200 and response.json()["files"] == []
     assert client.get("/papers/leak").status_code == 404
