@@ -333,3 +333,63 @@ def test_sentence_vectors_are_refused_on_postgres_with_a_clear_error() -> None:
     settings = Settings.load(overrides={"index.embedding.sentences": True})
     with pytest.raises(ValueError, match="sentences needs the sqlite backend"):
         PostgresDenseIndex(None, settings.index)  # type: ignore[arg-type]  # refused before the store is touched
+
+
+def test_hnsw_above_counts_the_vectors_a_first_sync_indexes_not_the_chunks_it_reads(tmp_path: Path) -> None:
+    """Reference-list entries are read from the store but not indexed: they must not push the index to HNSW."""
+    import faiss
+    from strata.documents.model import ContentType
+
+    builder = PaperBuilder("cited", "test")
+    builder.open_section("Results", level=1)
+    builder.add_block("Graphene sheets conduct electricity remarkably well.")
+    builder.open_section("References", level=1)
+    for number in range(4):
+        builder.add_block(f"Author {number}. A cited work on carbon films.", ContentType.REFERENCE)
+    store, index = open_index(tmp_path, **{"index.hnsw_above": 2})
+    store.put_paper(builder.build(title="Graphene conductivity"), "sha")
+    index.sync()
+    graph = index.dense._current()
+    assert graph.ntotal == 1 and not isinstance(faiss.downcast_index(graph.index), faiss.IndexHNSW)
+    store.close()
+
+
+def test_hnsw_above_counts_sentence_vectors_at_every_save(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With sentence vectors an index has more vectors than chunks: past `hnsw_above` vectors it is HNSW, at a
+    checkpoint of the first sync too (exact search there would be copied into a graph at the end)."""
+    import faiss
+    from strata.index import dense
+
+    monkeypatch.setattr(dense, "READ_BATCH", 1)
+    monkeypatch.setattr(dense, "CHECKPOINT_CHUNKS", 1)
+    saved: list[tuple[int, bool]] = []
+    save = dense.DenseIndex._save
+
+    def recording_save(self: dense.DenseIndex, index: faiss.IndexIDMap, state: DenseState) -> None:
+        saved.append((index.ntotal, isinstance(faiss.downcast_index(index.index), faiss.IndexHNSW)))
+        save(self, index, state)
+
+    monkeypatch.setattr(dense.DenseIndex, "_save", recording_save)
+    store, index = open_index(tmp_path, **{"index.hnsw_above": 3, "index.embedding.sentences": True})
+    long_chunk = "Graphene conducts electricity well. Coral reefs bleach when oceans warm. Bees pollinate crops."
+    store.put_paper(make_paper("mixed", "Assorted findings", long_chunk, "Short one."), "sha")
+    index.sync()
+    assert len(index.dense) == 2 and saved and saved[-1] == (5, True)  # 2 chunks, 1 + 3 + 1 vectors
+    assert all(hnsw == (vectors > 3) for vectors, hnsw in saved), saved
+    store.close()
+
+
+def test_vectors_from_elsewhere_still_get_their_sentence_vectors(tmp_path: Path) -> None:
+    """Ray workers and migrations supply chunk vectors only: the sync embeds the sentences itself, so the index is
+    the one a local sync builds."""
+    long_chunk = "Graphene conducts electricity well. Coral reefs bleach when oceans warm. Bees pollinate crops."
+    built = []
+    for supplied in (False, True):
+        store, index = open_index(tmp_path / str(supplied), **{"index.embedding.sentences": True})
+        store.put_paper(make_paper("mixed", "Assorted findings", long_chunk), "sha")
+        texts = index.dense.embedding_text
+        index.sync(vectors_of=(lambda batch: BagOfWordsEncoder().embed(list(map(texts, batch)))) if supplied else None)
+        loaded = index.dense._current()
+        built.append(loaded.index.reconstruct_n(0, loaded.ntotal))
+        store.close()
+    assert len(built[1]) == 1 + 3 and np.array_equal(built[0], built[1])

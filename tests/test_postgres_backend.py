@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+import psycopg
 import pytest
 
 from strata.config import Settings
@@ -18,8 +21,8 @@ from strata.documents.model import Reference
 from strata.documents.parsers.beir import PARSER
 from strata.index import CorpusIndex
 from strata.index.postgres import quantised_length
-from strata.store import open_store
-from strata.store.postgres import PostgresCorpusStore
+from strata.store import StoreBusyError, open_store
+from strata.store.postgres import SYNC_LOCK, WRITE_LOCK, PostgresCorpusStore
 from strata.store.sqlite import StoredChunk
 
 DOCS = 60
@@ -136,3 +139,24 @@ def test_field_lengths_are_quantised_like_tantivy() -> None:
     for length in range(41, 5000, 7):
         assert length * 7 / 8 <= quantised_length(length) <= length
     assert [quantised_length(n) for n in (41, 42, 43, 199, 200)] == [40, 42, 42, 184, 200]
+
+
+def test_locks_held_elsewhere_are_waited_for_at_most_lock_timeout_s(
+    tmp_path: Path, database: str, papers: list
+) -> None:
+    """As on SQLite: another process's write or index sync is waited for `store.lock_timeout_s`, then a clear error."""
+    settings = Settings.load(overrides={"store.home": str(tmp_path), "store.backend": "postgres",
+                                        "store.postgres_url": database, "store.lock_timeout_s": 0.5})
+    with open_store(settings) as store, psycopg.connect(database, autocommit=True) as other:
+        for key, blocked in ((WRITE_LOCK, lambda: store.put_paper(papers[0], "x")),
+                             (SYNC_LOCK, lambda: CorpusIndex(store, settings).sync(vectors_of=text_vectors))):
+            other.execute("SELECT pg_advisory_lock(%s)", (key,))
+            release = threading.Timer(10, lambda: other.execute("SELECT pg_advisory_unlock_all()"))
+            release.start()  # without a timeout the wait would end here, and the test fail rather than hang
+            started = time.monotonic()
+            with pytest.raises(StoreBusyError, match="lock_timeout_s"):
+                blocked()
+            assert time.monotonic() - started < 5
+            release.cancel()
+            other.execute("SELECT pg_advisory_unlock_all()")
+        store.put_paper(papers[0], "x")  # released: writes go through again

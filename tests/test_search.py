@@ -426,3 +426,42 @@ def test_chunk_paper_map_drops_chunks_another_connection_removed(tmp_path: Path)
         assert reader.chunk_paper_ids(old) == {}
         new = range(old.stop, writer.max_chunk_rowid() + 1)
         assert reader.chunk_paper_ids(new) == {rowid: "a" for rowid in new}
+
+
+class SameVectorEncoder:
+    """Every text the same unit vector, so every chunk ties in dense search."""
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        return np.ones((len(texts), 8), dtype=np.float32) / np.sqrt(8)
+
+    def embed_query(self, text: str) -> np.ndarray:
+        return self.embed([text])[0]
+
+
+@pytest.mark.parametrize("method", ["bm25", "dense"])
+def test_papers_tied_at_the_kth_place_are_kept_by_paper_id_whatever_the_row_order(
+    tmp_path: Path, method: str
+) -> None:
+    """Paper "b" repeats a boilerplate paragraph past the roll-up's first pages and "a" holds it once: the papers tie,
+    and k=1 keeps "a" (the smaller id) whichever paper was stored first, that is whatever their chunks' row ids."""
+    from strata.documents.builder import PaperBuilder
+    from strata.retrieve.hybrid import READ_AHEAD_PAGES, ROLL_UP_PAGE
+
+    boilerplate = "This article is licensed under a Creative Commons Attribution licence."
+    copies = {"a": 1, "b": READ_AHEAD_PAGES * ROLL_UP_PAGE + 1}
+    for order in (["a", "b"], ["b", "a"]):
+        settings = Settings.load(overrides={"store.home": str(tmp_path / "".join(order))})
+        store = CorpusStore(settings.store.home / "corpus.sqlite3")
+        for paper_id in order:
+            builder = PaperBuilder(paper_id, "test")
+            for number in range(copies[paper_id]):
+                builder.open_section(f"Notice {number}", level=1)
+                builder.add_block(boilerplate)
+            store.put_paper(builder.build(title="Licensing"), "sha")
+        assert store.stats().chunks == sum(copies.values())
+        index = CorpusIndex(store, settings)
+        index.dense.embedder = SameVectorEncoder()  # type: ignore[assignment]
+        index.sync()
+        ranking = HybridSearcher(store, index, settings.search).search("Creative Commons licence", 1, method)
+        assert ranking.paper_ids == ["a"], order
+        store.close()

@@ -61,7 +61,43 @@ class DenseState(SyncState):
     tombstones: list[int] = Field(default_factory=list, description="Removed chunks still inside the HNSW graph")
 
 
-class DenseIndex:
+class VectorSearch:
+    """Search by text or vector and the chunk texts it embeds, the part both dense backends share so they rank and
+    embed alike. Subclasses set `settings` and `embedder` and implement `_empty` and `_nearest`."""
+
+    settings: IndexSettings
+    embedder: Embedder
+
+    def search_text(self, text: str, depth: int, rowids: Collection[int] | None = None) -> list[ChunkScore]:
+        if self._empty():  # no query to embed (nor an encoder to load) for an index without vectors
+            return []
+        return self.search(self.embedder.embed_query(text), depth, rowids)
+
+    def search(self, vector: np.ndarray, depth: int, rowids: Collection[int] | None = None) -> list[ChunkScore]:
+        """Best `depth` chunks by cosine, best first, ties by row id; optionally only among `rowids`."""
+        return ranked_chunk_scores(*self._nearest(vector, depth, rowids))
+
+    def search_rowids(self, vector: np.ndarray, depth: int, rowids: Collection[int] | None = None) -> np.ndarray:
+        """The row ids `search` returns, in its order, without its ChunkScores (what fusion needs)."""
+        return ranked_rowids(*self._nearest(vector, depth, rowids))
+
+    def embedding_text(self, stored: StoredChunk) -> str:
+        return embedding_text(stored, self.settings.embedding)
+
+    def _vector_source(self, vectors_of: ChunkVectors | None) -> ChunkVectors:
+        """`vectors_of`, or else this index's encoder over the chunks' embedding texts."""
+        return vectors_of or (lambda batch: self.embedder.embed([self.embedding_text(s) for s in batch]))
+
+    def _empty(self) -> bool:
+        """Whether no vectors have been saved yet."""
+        raise NotImplementedError
+
+    def _nearest(self, vector: np.ndarray, depth: int, rowids: Collection[int] | None) -> Hits:
+        """At most `depth` chunks nearest `vector` with their best cosine, in any order (the backend's own search)."""
+        raise NotImplementedError
+
+
+class DenseIndex(VectorSearch):
     def __init__(self, folder: Path, settings: IndexSettings) -> None:
         self.folder = folder
         self.settings = settings
@@ -81,18 +117,8 @@ class DenseIndex:
         index, state = loaded
         return state.chunks if state.chunks is not None else _live_chunks(index, state.tombstones)
 
-    def search_text(self, text: str, depth: int, rowids: Collection[int] | None = None) -> list[ChunkScore]:
-        if self._current() is None:
-            return []
-        return self.search(self.embedder.embed_query(text), depth, rowids)
-
-    def search(self, vector: np.ndarray, depth: int, rowids: Collection[int] | None = None) -> list[ChunkScore]:
-        """Best `depth` chunks by cosine, best first, ties by row id; optionally only among `rowids`."""
-        return ranked_chunk_scores(*self._nearest(vector, depth, rowids))
-
-    def search_rowids(self, vector: np.ndarray, depth: int, rowids: Collection[int] | None = None) -> np.ndarray:
-        """The row ids `search` returns, in its order, without its ChunkScores (what fusion needs)."""
-        return ranked_rowids(*self._nearest(vector, depth, rowids))
+    def _empty(self) -> bool:
+        return self._current() is None
 
     def _nearest(self, vector: np.ndarray, depth: int, rowids: Collection[int] | None) -> Hits:
         loaded = self._loaded()
@@ -185,11 +211,11 @@ class DenseIndex:
     ) -> IndexSyncStats:
         """Embed (or take from `vectors_of`) chunks stored since the last sync and drop removed ones, then save.
 
-        A first sync that will pass `hnsw_above` builds the HNSW graph as it goes instead of an exact index it would
-        then copy: memory stays at one copy of the vectors plus the graph.
+        The index switches to an HNSW graph as soon as its vectors pass `hnsw_above` (sentence vectors included),
+        and a large first sync adds the rest to the graph as it goes: the one copy made holds ~`hnsw_above` vectors.
         """
         started = time.perf_counter()
-        embed = vectors_of or (lambda batch: self.embedder.embed([self.embedding_text(s) for s in batch]))
+        embed = self._vector_source(vectors_of)
         state, index = self._load_for_writing(store)
         expected = store.max_chunk_rowid() - state.chunk_rowid
         stats = IndexSyncStats()
@@ -204,10 +230,11 @@ class DenseIndex:
             vectors = np.ascontiguousarray(embed(batch), dtype=np.float32)
             if index is None:
                 state.dimension = vectors.shape[1]
-                index = self._empty_index(state.dimension, large=expected > self.settings.hnsw_above)
+                index = faiss.IndexIDMap(faiss.IndexFlatIP(state.dimension))
             index.add_with_ids(vectors, np.array([stored.rowid for stored in batch], dtype=np.int64))
             if state.sentences:
                 self._add_sentences(index, batch)
+            index = self._maybe_switch_to_hnsw(index)
             state.chunk_rowid = batch[-1].rowid
             stats.added += len(batch)
             unsaved += len(batch)
@@ -218,15 +245,11 @@ class DenseIndex:
                 unsaved = 0
         if index is not None:
             if stats.added or stats.deleted:
-                index = self._maybe_switch_to_hnsw(index, state)
                 self._save(index, state)
             # _save counted them; an index saved before chunks were counted is counted here
             stats.size = state.chunks if state.chunks is not None else _live_chunks(index, state.tombstones)
         stats.seconds = time.perf_counter() - started
         return stats
-
-    def embedding_text(self, stored: StoredChunk) -> str:
-        return embedding_text(stored, self.settings.embedding)
 
     def _add_sentences(self, index: faiss.IndexIDMap, batch: Sequence[StoredChunk]) -> None:
         """Vectors of the sentences of `batch`'s prose chunks under their chunk's row id (after the chunks' own)."""
@@ -234,9 +257,6 @@ class DenseIndex:
         if owned:
             vectors = np.ascontiguousarray(self.embedder.embed([text for _, text in owned]), dtype=np.float32)
             index.add_with_ids(vectors, np.array([rowid for rowid, _ in owned], dtype=np.int64))
-
-    def _empty_index(self, dimension: int, large: bool) -> faiss.IndexIDMap:
-        return faiss.IndexIDMap(self._hnsw(dimension) if large else faiss.IndexFlatIP(dimension))
 
     def _hnsw(self, dimension: int) -> faiss.IndexHNSWFlat:
         graph = faiss.IndexHNSWFlat(dimension, self.settings.hnsw_m, faiss.METRIC_INNER_PRODUCT)
@@ -278,7 +298,8 @@ class DenseIndex:
             state.tombstones = []
         return index
 
-    def _maybe_switch_to_hnsw(self, index: faiss.IndexIDMap, state: DenseState) -> faiss.IndexIDMap:
+    def _maybe_switch_to_hnsw(self, index: faiss.IndexIDMap) -> faiss.IndexIDMap:
+        # Vectors, not chunks: they are what exact search scans (with sentence vectors, several per chunk).
         if _is_hnsw(index) or index.ntotal <= self.settings.hnsw_above:
             return index
         return self._rebuild_hnsw(index, drop=set())

@@ -26,10 +26,9 @@ from pydantic import Field
 
 from strata.config import IndexSettings
 from strata.index.bm25 import FIELDS, TermSearch, english_analyzer
-from strata.index.dense import embedding_text
+from strata.index.dense import VectorSearch
 from strata.encoders.embedder import Embedder, encoder_identity
-from strata.index.state import ChunkScore, ChunkVectors, Hits, IndexSyncStats, SyncProgress, SyncState
-from strata.index.state import ranked_chunk_scores, ranked_rowids
+from strata.index.state import ChunkVectors, Hits, IndexSyncStats, SyncProgress, SyncState
 from strata.index.state import adopt_reference_choice
 from strata.store.postgres import PostgresCorpusStore
 from strata.store.protocol import PaperStore
@@ -95,7 +94,7 @@ class _PgIndex:
         self._db = store.connection()
         self._lock = threading.RLock()
         with self._db.transaction():
-            self._db.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
+            store.advisory_lock(self._db, _SCHEMA_LOCK, "creating the index tables")
             self._db.execute(SCHEMA)
         register_vector(self._db)
 
@@ -264,7 +263,7 @@ def quantised_length(length: int) -> int:
     return 24 + (((value >> shift) & 0x07 | 0x08) << shift)
 
 
-class PostgresDenseIndex(_PgIndex):
+class PostgresDenseIndex(_PgIndex, VectorSearch):
     """Method for method like `strata.index.dense.DenseIndex` (search, search_text, sync), on pgvector."""
 
     name = "dense"
@@ -282,18 +281,8 @@ class PostgresDenseIndex(_PgIndex):
             return 0
         return int(self._scalar("SELECT count(*) FROM chunk_vectors"))
 
-    def search_text(self, text: str, depth: int, rowids: Collection[int] | None = None) -> list[ChunkScore]:
-        if not self._has_table():
-            return []
-        return self.search(self.embedder.embed_query(text), depth, rowids)
-
-    def search(self, vector: np.ndarray, depth: int, rowids: Collection[int] | None = None) -> list[ChunkScore]:
-        """Best `depth` chunks by cosine, best first, ties by row id; optionally only among `rowids`."""
-        return ranked_chunk_scores(*self._nearest(vector, depth, rowids))
-
-    def search_rowids(self, vector: np.ndarray, depth: int, rowids: Collection[int] | None = None) -> np.ndarray:
-        """The row ids `search` returns, in its order, without its ChunkScores (what fusion needs)."""
-        return ranked_rowids(*self._nearest(vector, depth, rowids))
+    def _empty(self) -> bool:
+        return not self._has_table()
 
     def _nearest(self, vector: np.ndarray, depth: int, rowids: Collection[int] | None) -> Hits:
         if not self._has_table() or (rowids is not None and not rowids):
@@ -312,9 +301,6 @@ class PostgresDenseIndex(_PgIndex):
             ).fetchall()
         return [r for r, _ in rows], np.array([s for _, s in rows], dtype=np.float32)
 
-    def embedding_text(self, stored: StoredChunk) -> str:
-        return embedding_text(stored, self.settings.embedding)
-
     def sync(
         self,
         store: PaperStore,
@@ -324,7 +310,7 @@ class PostgresDenseIndex(_PgIndex):
         """Embed (or take from `vectors_of`) chunks stored since the last sync, drop removed ones, and switch to an
         HNSW index once the collection passes `hnsw_above`."""
         started = time.perf_counter()
-        embed = vectors_of or (lambda batch: self.embedder.embed([self.embedding_text(s) for s in batch]))
+        embed = self._vector_source(vectors_of)
         state = self._state_for_writing(store)
         stats, expected = self._start_sync(store, state)
         references = self.settings.reference_entries

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Collection, Sequence
 from operator import itemgetter
 
@@ -148,7 +149,8 @@ class HybridSearcher:
         return embedding.backend == "static" and bool(embedding.rescore_top_k)
 
     def _papers(self, ranked: RankedPrefix, k: int) -> list[Candidate]:
-        """Roll chunks up to papers: a paper scores as its best chunk and keeps its best `chunks_per_paper`."""
+        """Roll chunks up to papers: a paper scores as its best chunk (ties by paper id) and keeps its best
+        `chunks_per_paper`."""
         best_first = sorted(self._roll_up(ranked, k).items(), key=lambda item: (-item[1][0][1], item[0]))[:k]
         kept = [(paper_id, hits[: self.settings.chunks_per_paper]) for paper_id, hits in best_first]
         stored = self._store.get_chunks(rowid for _, hits in kept for rowid, _ in hits)
@@ -170,20 +172,23 @@ class HybridSearcher:
     def _roll_up(self, ranked: RankedPrefix, k: int) -> dict[str, list[tuple[int, float]]]:
         """Each paper's chunks, best first, from a walk down the ranking.
 
-        Paper ids are read from the store a page at a time, best first, until `k` papers have appeared and one more
-        page has been read: paper scores and ranks are exact; a supporting chunk ranked further down than that
-        (a weak one) is left out, which saves looking up every fused chunk. Only the kept chunks' texts are read.
+        Paper ids are read from the store a page at a time, best first, until `k` papers have appeared, one more
+        page has been read and the walk is past every chunk tying the k-th paper's score: paper scores and ranks are
+        exact, and every paper tied at the cut is there for `_papers` to choose by id (not by which row came first);
+        a supporting chunk ranked further down than that (a weak one) is left out, which saves looking up every fused
+        chunk. Only the kept chunks' texts are read.
         """
         by_paper: dict[str, list[tuple[int, float]]] = {}
         paper_of: dict[int, str] = {}  # deleted chunks are absent: skipped
         fetched = 0  # fused[:fetched] have been looked up
         start = 0
         extra_pages = 1
+        cut_score = math.inf  # the k-th paper's score, once k papers have appeared
         while True:
             # The walk reads this page, and the next when it looks the page up: that much must be exact.
             reads = ROLL_UP_PAGE if fetched >= start + ROLL_UP_PAGE else READ_AHEAD_PAGES * ROLL_UP_PAGE
             fused = ranked(start + reads)
-            if not (start < len(fused) and (len(by_paper) < k or extra_pages > 0)):
+            if not (start < len(fused) and (len(by_paper) < k or extra_pages > 0 or fused[start][1] >= cut_score)):
                 return by_paper
             if len(by_paper) >= k:
                 extra_pages -= 1
@@ -197,7 +202,10 @@ class HybridSearcher:
             start += ROLL_UP_PAGE
             for rowid, score in page:
                 if rowid in paper_of:
-                    by_paper.setdefault(paper_of[rowid], []).append((rowid, score))
+                    hits = by_paper.setdefault(paper_of[rowid], [])
+                    if not hits and len(by_paper) == k:
+                        cut_score = score
+                    hits.append((rowid, score))
 
 
 # The first `n` entries of a ranking, exactly (more is fine; fewer only when the ranking has no more).

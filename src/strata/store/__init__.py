@@ -23,7 +23,7 @@ def open_store(settings: Settings) -> CorpusStore | PostgresCorpusStore:
     from strata.store.postgres import PostgresCorpusStore, local_server_url
 
     url = settings.store.postgres_url or local_server_url(settings.store.home / "postgres")
-    return PostgresCorpusStore(url)
+    return PostgresCorpusStore(url, lock_timeout_s=settings.store.lock_timeout_s)
 
 
 __all__ = ["AnyStore", "CorpusStore", "PaperStore", "StoreBusyError", "WritableStore", "open_store"]
