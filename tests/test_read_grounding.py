@@ -35,6 +35,8 @@ INSUFFICIENT = "Insufficient information to answer the question"
         ("Enlarged granular cells", "Cells became enlarged and granular."),
         ("decreases", "Expression decreased twofold."),
         ("12 Å", "The CDRs form a deep, 12 A\u02da pocket."),  # how PDFs print an angstrom
+        ("12 Hours", "Cells were starved for 12 hours."),  # a unit that is a word: any case
+        ("3.5e-4", "The rate was 0.00035 per site."),  # scientific notation is the number it spells
     ],
 )
 def test_an_option_is_found_in_any_spelling_of_its_numbers_units_and_names(option, passage):
@@ -51,6 +53,9 @@ def test_an_option_is_found_in_any_spelling_of_its_numbers_units_and_names(optio
         ("residues 360-380", "The loop spans residues 344-360.", ("residues 344-360", "residues 360-380")),
         ("GSDME", "Cleavage of GSDMD was seen.", ("GSDMD", "GSDME")),
         ("2 Å", "A 12 Å pocket, 2 nm from the site.", ("2 Å", "12 Å")),  # its number, but not with its unit
+        ("5 mW", "The laser ran at 5 MW.", ()),  # a unit symbol's case is its meaning: milli, not mega
+        ("2 Å", "A current of 2 A flowed.", ()),  # ampere, not ångström
+        ("12 mg", "Doses of 12 and 5 mg were given.", ()),  # the mg is the 5's
     ],
 )
 def test_a_similar_but_different_value_or_name_is_not_found(option, passage, options):

@@ -67,6 +67,12 @@ def test_matching_ignores_case_and_whitespace_but_not_words(store):
     assert validate_answer(answer_with([spaced], [Claim(text="5 g", citations=[1])]), store).supported
 
 
+def test_validated_evidence_carries_the_store_text_not_the_answer_spelling_of_it(store):
+    respelled = evidence_for(store, text="MICE fed the  diet\ngained 12 g", quote="controls   GAINED\n5 g.")
+    (item,) = validate_answer(answer_with([respelled], [Claim(text="5 g", citations=[1])]), store).evidence
+    assert (item.text, item.quote) == ("Mice fed the diet gained 12 g", "Controls gained 5 g.")
+
+
 def test_partly_valid_claims_keep_their_valid_citations_renumbered(store):
     good, bad = evidence_for(store, 2), evidence_for(store, 1, quote="Controls lost weight.")
     claims = [Claim(text="5 g", citations=[1, 2]), Claim(text="unsupported", citations=[1]), Claim(text="none")]
@@ -130,10 +136,29 @@ def test_a_made_up_value_citing_a_real_passage_is_rejected(store):
 
 
 def test_a_value_with_the_wrong_unit_is_rejected_and_spelling_differences_are_not(store):
-    claims = [fact("5", "kg"), fact("5.0", "G"), fact("12 g", ""), fact("0.01", ""), fact("1", "g")]
+    claims = [fact("5", "kg"), fact("5.0", "g"), fact("12 g", ""), fact("0.01", ""), fact("1", "g"), fact("5", "G")]
     checked = validate_answer(answer_with([evidence_for(store)], claims), store)
-    assert [claim.text for claim in checked.claims] == ["5.0 G", "12 g", "0.01"]  # '1 g': no such number
-    assert checked.dropped_claims == 2 and checked.supported
+    assert [claim.text for claim in checked.claims] == ["5.0 g", "12 g", "0.01"]  # '1 g': no such number
+    assert checked.dropped_claims == 3 and checked.supported  # 'G' (gauss) is not 'g' (gram)
+
+
+def test_a_unit_symbol_is_compared_in_its_own_case_and_a_unit_word_in_any():
+    from strata.read.validate import states_value
+
+    assert states_value("5", "mW", "a 5 mW laser") and not states_value("5", "mW", "a 5 MW plant")
+    assert not states_value("3", "mm", "3 Mm away") and not states_value("3", "K", "rose by 3 k")
+    assert states_value("12", "Å", "a 12 A\u02da pore") and not states_value("12", "Å", "a 12 A current")
+    assert states_value("4.2", "mg/mL", "at 4.2 mg/ml") and states_value("4.2", "mg/ml", "at 4.2 mg/mL")  # litre
+    assert states_value("12", "hours", "for 12 Hours") and states_value("30", "Patients", "30 patients enrolled")
+
+
+def test_a_unit_belongs_to_its_own_number():
+    from strata.read.validate import states_value
+
+    passage = "12 patients received 5 mg."
+    assert not states_value("12", "mg", passage) and states_value("5", "mg", passage)
+    assert states_value("12", "g", "gained 12 ± 3 g") and states_value("12", "g", "mass (g): 12")  # '± 3' is its own
+    assert not states_value("5", "g", "mass (g): 12 and 5")
 
 
 def test_a_calculation_stands_only_on_facts_the_passage_states(store):
@@ -173,6 +198,17 @@ def test_a_multiple_choice_answer_whose_passage_does_not_state_it_is_unsupported
     checked = validate_answer(unstated, store, options)
     assert checked.choice == "7 g" and not checked.supported and checked.evidence == []
     assert any("does not state the chosen option '7 g'" in why for why in checked.rejections)
+
+
+def test_an_option_holding_a_citation_mark_is_still_checked_against_its_passage(store):
+    """'[2]' names a reference the question cites, not something the passage states: the option is checked without
+    it (the claim's text loses it as prose does), and checked all the same."""
+    options = ["5 g [2]", "7 g [3]"]
+    stated = answer_with([evidence_for(store)], [Claim(text=options[0], citations=[1])], format="mc", choice=options[0])
+    assert validate_answer(stated, store, options).supported
+    unstated = stated.model_copy(update={"choice": options[1], "claims": [Claim(text=options[1], citations=[1])]})
+    checked = validate_answer(unstated, store, options)
+    assert not checked.supported and any("does not state the chosen option '7 g'" in why for why in checked.rejections)
 
 
 def test_a_reference_list_entry_is_rejected_as_evidence(tmp_path):

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import ast
 import operator
-import re
 from collections.abc import Callable, Sequence
 
+from strata.read.grounding import read_numbers
 from strata.read.model import CalculationDraft, Claim
 
-NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
 OPERATORS: dict[type[ast.operator], Callable[[float, float], float]] = {
     ast.Add: operator.add,
     ast.Sub: operator.sub,
@@ -26,9 +25,9 @@ OPERATORS: dict[type[ast.operator], Callable[[float, float], float]] = {
 
 
 def fact_number(value: str) -> float | None:
-    """The number a fact's value states ('4.2', '1,250 mg', '−3' ...), or None when it states none."""
-    found = NUMBER.search(value.replace(",", "").replace("\u2212", "-"))
-    return float(found.group()) if found else None
+    """The first number a fact's value states ('4.2', '1,250 mg', '−3', '3.5e-4'; '1,2' states 1 and 2), read as
+    validation reads the passage it cites, or None when it states none."""
+    return next(iter(read_numbers(value)), None)
 
 
 def compute(expression: str, facts: Sequence[Claim]) -> tuple[float, list[int]]:

@@ -3,8 +3,10 @@ question's key terms.
 
 An option is *found* in a passage when its normalised tokens occur there in order (exact), or when the passage holds
 most of its distinguishing terms and every number it states (partial, scored below an exact match). Normalisation
-makes '4.2mg/mL', '4.2 mg/ml' and '4.20 mg/ml' one form, likewise 'super-open' and 'super open', 'K548R' and 'k548r',
-'344–360' (any unicode dash) and '344-360', 'Mn²⁺' and 'Mn2+'. Terms that every option shares ('residues' in
+makes '4.2mg/mL', '4.2 mg/ml' and '4.20 mg/ml' one form, likewise 'super-open' and 'super open', '344–360' (any
+unicode dash) and '344-360', 'Mn²⁺' and 'Mn2+', '3.5e-4' and '0.00035'; words and names compare in any case ('K548R'
+and 'k548r'), but a unit symbol after a number in its own ('5 mW' is not '5 MW'), and a number's unit comes before
+the next number ('12 and 5 mg' states no 12 mg). Terms that every option shares ('residues' in
 'residues 344–360' / 'residues 360-380') or that the question already states distinguish nothing and are left out.
 
 A passage's score for an option is the match times the share of the question's key terms the passage holds, both
@@ -26,20 +28,26 @@ import unicodedata
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from decimal import Decimal
 
 from strata.index.bm25 import english_analyzer
 
 # Hyphen, non-breaking hyphen, figure dash, en and em dashes, horizontal bar, minus sign, small and full-width minus.
 DASHES = dict.fromkeys(map(ord, "\u2010\u2011\u2012\u2013\u2014\u2015\u2212\ufe63\uff0d"), "-")
 DIGIT_GROUP = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")  # '1,250' -> '1250', not '1,2'
+# PDFs print 'Å' as 'A˚', a spacing ring that the compatibility form turns into a space and a combining ring.
+SPACED_ACCENT = re.compile(r"(?<=[^\W\d_]) (?=[\u0300-\u036f])")
+# One way of reading a number everywhere (grounding, validation, a fact's value): '4.2', '.05', '3.5e-4'.
+NUMERAL = r"(?:\d+(?:\.\d+)?|\.\d+)(?:[eE][-+]?\d{1,3}(?!\d))?"
 # Fine tokens: numbers, runs of letters, and the symbols that change meaning ('Mn2+', '5%', '<0.01'); letters and
 # digits split ('K548R' -> k 548 r) so that spacing and joining ('4.2mg', '4.2 mg') do not matter.
 # A sign belongs to a number only where no word or digit precedes it ('-3 °C', '(+2 mV)'; not 'IL-6' or '5-10').
-FINE = re.compile(r"(?:(?<![\w.])[-+])?(?:\d+(?:\.\d+)?|\.\d+)|[^\W\d_]+|[+%<>±]")
+FINE = re.compile(rf"(?:(?<![\w.])[-+])?{NUMERAL}|[^\W\d_]+|[+%<>±]")
 # Coarse terms: numbers, and words with their digits kept together ('k548r', 'mn2') so an identifier stays whole;
 # a number runs into no unit ('4.2mg' -> 4.2, mg).
-COARSE = re.compile(r"\d+(?:\.\d+)?|[^\W\d_][^\W_]*")
-NUMBER = re.compile(r"\d+(?:\.\d+)?")
+COARSE = re.compile(rf"{NUMERAL}|[^\W\d_][^\W_]*")
+NUMBER = re.compile(NUMERAL)
+LITRE = re.compile(r"[a-zμ]?L")  # 'mL' is 'ml': the litre has two official symbols
 # Generic wordings of an 'insufficient information' option, in any benchmark or user question.
 INSUFFICIENT = re.compile(
     r"\b(?:insufficient|not enough|too little)\s+(?:information|evidence|data|detail)"
@@ -53,27 +61,67 @@ MOST = 0.5  # a partial match needs at least this weighted share of the option's
 OFF_TOPIC = 0.05  # weight of a passage holding the option but none of the question's key terms
 
 
-def normal_text(text: str) -> str:
-    """Unicode compatibility form ('²' -> '2', 'ﬁ' -> 'fi') without accents (PDFs print 'Å' as 'A˚'), case
-    folded, every dash a '-', digit groups joined."""
+def _written(text: str) -> str:
+    """Unicode compatibility form ('²' -> '2', 'ﬁ' -> 'fi', 'A˚' -> 'Å'), case and accents kept, every dash a '-',
+    digit groups joined."""
+    composed = unicodedata.normalize("NFC", SPACED_ACCENT.sub("", unicodedata.normalize("NFKC", text)))
+    bare = "".join(char for char in composed if not unicodedata.combining(char))  # marks no letter takes
+    return DIGIT_GROUP.sub("", bare.translate(DASHES))
+
+
+def _folded(text: str) -> str:
+    """Without accents ('Å' and 'A' alike, as PDFs often drop them) and case folded."""
     decomposed = unicodedata.normalize("NFKD", text)
-    bare = "".join(char for char in decomposed if not unicodedata.combining(char))
-    return DIGIT_GROUP.sub("", bare.casefold().translate(DASHES))
+    return "".join(char for char in decomposed if not unicodedata.combining(char)).casefold()
+
+
+def normal_text(text: str) -> str:
+    """The form words and terms compare in: compatibility form, no accents, case folded."""
+    return _folded(_written(text))
+
+
+def is_number(token: str) -> bool:
+    """Whether a fine token is a number."""
+    return token[-1].isdigit()
 
 
 def _number(token: str) -> str:
-    """One spelling per number: '4.20' -> '4.2', '007' -> '7', '5.0' -> '5', '.05' -> '0.05', '+2' -> '2'; a minus
-    is kept ('-3' is not '3'), except on zero."""
-    negative = token.startswith("-")
-    whole, _, fraction = token.lstrip("+-").partition(".")
-    whole, fraction = whole.lstrip("0") or "0", fraction.rstrip("0")
-    number = f"{whole}.{fraction}" if fraction else whole
-    return f"-{number}" if negative and number != "0" else number
+    """One spelling per number: '4.20' -> '4.2', '007' -> '7', '5.0' -> '5', '.05' -> '0.05', '+2' -> '2',
+    '3.5e-4' -> '0.00035'; a minus is kept ('-3' is not '3'), except on zero."""
+    spelled = format(Decimal(token), "f")
+    if "." in spelled:
+        spelled = spelled.rstrip("0").removesuffix(".")
+    return "0" if spelled in ("0", "-0") else spelled
+
+
+def unit_form(token: str) -> str:
+    """A unit as it compares: a symbol exactly, as case is its meaning ('mW' is not 'MW', nor 'mm' 'Mm', 'K' 'k',
+    'Å' 'A'), except the litre's two ('mL', 'ml'); a word of three or more letters in lower, title or upper case
+    ('hours', 'Hours', 'HOURS') in any case and without accents."""
+    if len(token) >= 3 and token.isalpha() and (token.islower() or token.istitle() or token.isupper()):
+        return _folded(token)
+    return token[:-1] + "l" if LITRE.fullmatch(token) else token
+
+
+def _written_tokens(text: str) -> list[str]:
+    return [_number(token) if is_number(token) else token for token in FINE.findall(_written(text))]
 
 
 def fine_tokens(text: str) -> list[str]:
-    """Numbers (signed, in one spelling), words and meaningful symbols of `text`, in order."""
-    return [_number(token) if token[-1].isdigit() else token for token in FINE.findall(normal_text(text))]
+    """Numbers (signed, in one spelling), words and meaningful symbols of `text`, in order; folded, except that a
+    unit right after a number keeps its `unit_form` ('5 mW' is not '5 MW')."""
+    tokens = _written_tokens(text)
+    return [unit_form(token) if at and is_number(tokens[at - 1]) else _folded(token) for at, token in enumerate(tokens)]
+
+
+def unit_tokens(text: str) -> list[str]:
+    """The fine tokens of `text`, each in its `unit_form` (position for position those of `fine_tokens`)."""
+    return [unit_form(token) for token in _written_tokens(text)]
+
+
+def read_numbers(text: str) -> list[float]:
+    """The numbers `text` states, in order, read as grounding reads them ('1,250' is one, '1,2' two)."""
+    return [float(token) for token in _written_tokens(text) if is_number(token)]
 
 
 @functools.cache
@@ -142,6 +190,13 @@ def contains_sequence(haystack: Sequence[str], needle: Sequence[str]) -> bool:
     )
 
 
+def first_number(tokens: Sequence[str]) -> int:
+    """The index of the first number among fine `tokens` that is not an uncertainty ('12 ± 3 g': the 3 is part of
+    the 12), len(tokens) when there is none."""
+    found = (at for at, token in enumerate(tokens) if is_number(token) and (at == 0 or tokens[at - 1] != "±"))
+    return next(found, len(tokens))
+
+
 def near_sequence(haystack: Sequence[str], needle: Sequence[str], gap: int) -> bool:
     """Whether `needle`'s tokens occur in order with at most `gap` other tokens between neighbours ('344 to 360')."""
     starts = [index for index, token in enumerate(haystack) if needle and token == needle[0]]
@@ -149,6 +204,7 @@ def near_sequence(haystack: Sequence[str], needle: Sequence[str], gap: int) -> b
         at = start
         for token in needle[1:]:
             window = haystack[at + 1 : at + 2 + gap]
+            window = window[: first_number(window) + 1]  # not past another number: '12 and 5 mg' is no 12 mg
             if token not in window:
                 break
             at += 1 + list(window).index(token)
@@ -203,7 +259,7 @@ def numeric_core(tokens: Sequence[str], numbers: frozenset[str]) -> tuple[str, .
     if not at:
         return ()
     end = at[-1] + 1
-    if end < len(tokens) and not NUMBER.fullmatch(tokens[end]):
+    if end < len(tokens) and not is_number(tokens[end]):
         end += 1
     return tuple(tokens[at[0] : end])
 

@@ -1,13 +1,15 @@
 """Deterministic validation of an answer against the corpus: nothing the store cannot reproduce is ever cited.
 
 Each piece of evidence must name a paper in the store and a locator into that paper whose text contains the evidence
-text and its quote (compared case- and whitespace-insensitively), outside a reference list. Failing evidence is
-removed. Then content: a fact's value and unit must be written in the passage it cites, a calculation must compute
-from the facts kept, a multiple-choice answer's passage must state the chosen option (`strata.read.grounding`
-normalises both) unless the option only restates the question's alternatives (a verdict, which no passage words). A claim left citing no valid evidence is dropped; an answer whose claims were all dropped is
-marked unsupported; a multiple-choice answer must be one of the options. Section path, page and title are taken from
-the store, not from the answer. Citation marks and locators written inside the answer's prose are removed: citations
-live only in claims' validated numbers (a mark left in the prose would point at renumbered evidence, or at nothing).
+text and its quote (compared case- and whitespace-insensitively; both are then kept as the store writes them),
+outside a reference list. Failing evidence is removed. Then content: a fact's value and unit must be written in the
+passage it cites, a calculation must compute from the facts kept, a multiple-choice answer's passage must state the
+chosen option (`strata.read.grounding` normalises both) unless the option only restates the question's alternatives
+(a verdict, which no passage words). A claim left citing no valid evidence is dropped; an answer whose claims were all
+dropped is marked unsupported; a multiple-choice answer must be one of the options. Section path, page and title are
+taken from the store, not from the answer. Citation marks and locators written inside the answer's prose are removed:
+citations live only in claims' validated numbers (a mark left in the prose would point at renumbered evidence, or at
+nothing).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from collections.abc import Sequence
 
 from strata.documents.model import Locator
 from strata.read.calculate import compute, fact_number
-from strata.read.grounding import contains_sequence, fine_tokens, mentions, states_content
+from strata.read.grounding import first_number, fine_tokens, mentions, states_content, unit_tokens
 from strata.read.local import REFERENCE_HEADING
 from strata.read.model import Answer, Claim, Evidence
 from strata.store.protocol import PaperStore
@@ -33,7 +35,37 @@ def without_inline_citations(text: str) -> str:
 
 
 def normalized(text: str) -> str:
-    return " ".join(unicodedata.normalize("NFKC", text).casefold().split())
+    return _normal_form(text)[0]
+
+
+def _normal_form(text: str) -> tuple[str, list[tuple[int, int]]]:
+    """`text` in compatibility form, case folded, whitespace runs one space and none at either end; and per
+    character of it, the span of `text` it comes from (a character and its combining marks are normalised as one,
+    as NFKC composes them)."""
+    starts = [at for at, char in enumerate(text) if not at or not unicodedata.combining(char)]
+    chars: list[str] = []
+    spans: list[tuple[int, int]] = []
+    for start, end in zip(starts, [*starts[1:], len(text)]):
+        for char in unicodedata.normalize("NFKC", text[start:end]).casefold():
+            space = char.isspace()
+            if space and (not chars or chars[-1] == " "):
+                continue
+            chars.append(" " if space else char)
+            spans.append((start, end))
+    if chars and chars[-1] == " ":
+        del chars[-1], spans[-1]
+    return "".join(chars), spans
+
+
+def verbatim(claimed: str, text: str) -> str | None:
+    """The part of `text` that `claimed` is once both are normalised, as `text` writes it ('' for ''); None when
+    `text` holds no such part."""
+    wanted = normalized(claimed)
+    source, spans = _normal_form(text)
+    at = source.find(wanted)
+    if at < 0:
+        return None
+    return text[spans[at][0] : spans[at + len(wanted) - 1][1]] if wanted else ""
 
 
 def check_evidence(evidence: Evidence, store: PaperStore) -> tuple[Evidence | None, str]:
@@ -50,18 +82,18 @@ def check_evidence(evidence: Evidence, store: PaperStore) -> tuple[Evidence | No
         located, text = store.locate(locator)
     except (KeyError, ValueError) as error:
         return None, f"[{evidence.number}] {error}"
-    source = normalized(text)
+    found: dict[str, str] = {}
     for what, claimed in (("text", evidence.text), ("quote", evidence.quote)):
-        if normalized(claimed) not in source:
+        if (stored := verbatim(claimed, text)) is None:
             return None, f"[{evidence.number}] the {what} is not in {evidence.locator}: {claimed[:80]!r}"
-    if not normalized(evidence.text):
+        found[what] = stored
+    if not found["text"]:
         return None, f"[{evidence.number}] has no evidence text"
     if any(REFERENCE_HEADING.match(title) for title in located.section_path[-1:]):
         return None, f"[{evidence.number}] is a reference-list entry, which states no finding of the paper"
     title = store.paper_summaries([evidence.paper_id])[evidence.paper_id].title
-    return evidence.model_copy(
-        update={"title": title, "section_path": located.section_path, "page": located.page}
-    ), ""
+    store_given = {"title": title, "section_path": located.section_path, "page": located.page}
+    return evidence.model_copy(update={**found, **store_given}), ""  # text and quote as the corpus writes them
 
 
 def validate_answer(answer: Answer, store: PaperStore, options: Sequence[str] | None = None) -> Answer:
@@ -117,15 +149,18 @@ def stated_claims(
     option (exactly or normalised), a calculation recomputed from the facts kept. A citation whose passage does not
     state the claim is removed; a claim left citing nothing is dropped (each with a line in `rejections`)."""
     kept: list[Claim] = []
+    # The option as the claims were stripped of citation marks: an option's '[2]' names a reference the question
+    # cites, which the passage need not state (and left in, it would keep the claim from being seen as the choice).
+    choice = without_inline_citations(answer.choice or "")
+    bare = [without_inline_citations(option) for option in options]
     for claim in claims:
         if claim.expression is not None:
             continue  # calculations are checked below, against the facts that survive
         if claim.value is not None:
             stating = [n for n in claim.citations if states_value(claim.value, claim.unit or "", valid[n].text)]
             what = f"the value {claim.text!r}"
-        elif answer.format == "mc" and claim.text == answer.choice and states_content(claim.text, options,
-                                                                                      answer.question):
-            stating = [n for n in claim.citations if mentions(claim.text, valid[n].text, options, answer.question)]
+        elif answer.format == "mc" and claim.text == choice and states_content(choice, bare, answer.question):
+            stating = [n for n in claim.citations if mentions(choice, valid[n].text, bare, answer.question)]
             what = f"the chosen option {claim.text!r}"
         else:
             kept.append(claim)
@@ -144,23 +179,32 @@ def stated_claims(
 
 def states_value(value: str, unit: str, passage: str) -> bool:
     """Whether the passage states the value (numbers compared in one spelling: '4.20' is '4.2', '1,250' is '1250')
-    with its unit within a few tokens of it ('12 ± 3 g', 'mass (g): 12'); spacing, case and dashes do not matter."""
-    tokens, wanted, units = fine_tokens(passage), fine_tokens(value), fine_tokens(unit)
+    with its unit within a few tokens of it and no other number between ('12 ± 3 g', 'mass (g): 12'); spacing,
+    dashes and the case of words do not matter, the case of a unit symbol does (`unit_form`)."""
+    tokens, wanted, written, units = fine_tokens(passage), fine_tokens(value), unit_tokens(passage), unit_tokens(unit)
     if not wanted:
         return False
-    if units and wanted[-len(units) :] == units:  # the value already carries its unit ('5 g')
+    if units and unit_tokens(value)[-len(units) :] == units:  # the value already carries its unit ('5 g')
         units = []
     width = len(wanted)
-    for start in range(len(tokens) - width + 1):
-        if tokens[start : start + width] != wanted:
-            continue
-        near = tokens[max(0, start - UNIT_WINDOW) : start + width + UNIT_WINDOW + len(units)]
-        if not units or contains_sequence(near, units):
-            return True
-    return False
+    return any(
+        tokens[start : start + width] == wanted and (not units or has_unit(written, start, start + width, units))
+        for start in range(len(tokens) - width + 1)
+    )
 
 
 UNIT_WINDOW = 6  # tokens either side of a value within which its unit must be written
+
+
+def has_unit(tokens: list[str], start: int, end: int, unit: list[str]) -> bool:
+    """Whether `unit` is written within UNIT_WINDOW tokens of tokens[start:end] with no other number between them:
+    in '12 patients received 5 mg' the mg is the 5's."""
+    width = len(unit)
+    for at in [*range(max(0, start - UNIT_WINDOW), start - width + 1), *range(end, end + UNIT_WINDOW + 1)]:
+        between = tokens[at + width : start] if at < start else tokens[end:at]
+        if tokens[at : at + width] == unit and first_number(between) == len(between):
+            return True
+    return False
 
 
 def recomputed(claim: Claim, facts: Sequence[Claim], rejections: list[str]) -> Claim | None:
