@@ -103,3 +103,70 @@ def test_a_changed_file_that_drops_a_record_drops_its_paper_and_nothing_else(tmp
     with Corpus.open(settings) as corpus:
         assert corpus.store.paper_ids() == ["a", "c"]
         assert "b" not in corpus.searcher.search("zinc trial b colds", k=5, method="bm25").paper_ids
+
+
+@pytest.mark.parametrize("on_thread", [False, True], ids=["main-thread", "worker-thread"])
+def test_the_parse_time_limit_never_fires_inside_the_store_write(tmp_path: Path, monkeypatch, on_thread: bool):
+    """`parsing.per_file_timeout_s` bounds the parsing alone: a file parsed in time is stored however long its store
+    write waits for the database (here another writer holds it past the limit). A limit firing inside BEGIN IMMEDIATE
+    once left the connection in a transaction, and every later write on it failed."""
+    import sqlite3
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    import strata.pipeline.ingest as ingest_module
+    from strata.config import Settings
+    from strata.documents.model import Paper
+    from strata.store.sqlite import CorpusStore
+
+    limit_s = 0.2
+    settings = Settings.load(overrides={"store.home": str(tmp_path / "home"), "parsing.per_file_timeout_s": limit_s})
+    parsed = Paper(id="p1", title="A paper", source_format="test", text="Parsed at once.")
+    monkeypatch.setattr(ingest_module, "iter_papers", lambda path, parsing: iter([parsed]))
+    source = tmp_path / "paper.json"
+    source.write_text("{}")
+    with CorpusStore(tmp_path / "corpus.sqlite") as store:
+        other = sqlite3.connect(store.path, isolation_level=None, check_same_thread=False)
+        other.execute("BEGIN IMMEDIATE")  # another writer, done only well after the time limit
+        threading.Timer(limit_s * 5, other.execute, ["COMMIT"]).start()
+        if on_thread:
+            with ThreadPoolExecutor(1) as pool:
+                outcome = pool.submit(ingest_module.ingest_file, store, source, settings).result()
+        else:
+            outcome = ingest_module.ingest_file(store, source, settings)
+        other.close()
+        assert (outcome.status, outcome.papers_added, outcome.error) == ("ok", 1, None)
+        assert not store._db.in_transaction
+        store.record_file("next.pdf", "sha", "ok")  # the connection takes the next write
+        assert store.has_paper("p1") and store.file_record("next.pdf") is not None
+
+
+@pytest.mark.parametrize("on_thread", [False, True], ids=["main-thread", "worker-thread"])
+def test_the_parse_time_limit_counts_the_parsing_of_every_paper_of_a_file(tmp_path: Path, monkeypatch, on_thread):
+    """The clock stops while each paper is stored but is not reset: papers each parsed within the limit, together
+    past it, fail the file."""
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    import strata.pipeline.ingest as ingest_module
+    from strata.config import Settings
+    from strata.documents.model import Paper
+
+    def slow_papers(path, parsing):
+        for number in range(10):
+            time.sleep(0.1)
+            yield Paper(id=f"p{number}", source_format="test", text="Parsed slowly.")
+
+    monkeypatch.setattr(ingest_module, "iter_papers", slow_papers)
+    settings = Settings.load(overrides={"parsing.per_file_timeout_s": 0.35})
+
+    def parse() -> None:
+        for _ in ingest_module.parse_file(tmp_path / "papers.jsonl", settings):
+            time.sleep(0.2)  # storing the paper: not counted
+
+    with pytest.raises(TimeoutError, match="per_file_timeout_s"):
+        if on_thread:
+            with ThreadPoolExecutor(1) as pool:
+                pool.submit(parse).result()
+        else:
+            parse()

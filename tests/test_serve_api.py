@@ -269,3 +269,106 @@ def test_the_access_log_is_off_unless_asked_for(tmp_path: Path, monkeypatch) -> 
     app_module.serve(corpus_settings(tmp_path))
     app_module.serve(corpus_settings(tmp_path, **{"serve.access_log": "true"}))
     assert [run["access_log"] for run in runs] == [False, True]
+
+
+CROWD = 50  # more requests queued for one lock than FastAPI's thread pool has threads (40)
+
+
+class Arrivals:
+    """The app, counting the requests to paths starting with `prefix` that reached it."""
+
+    def __init__(self, app, prefix: str) -> None:
+        self.app, self.prefix, self.count = app, prefix, 0
+        self.changed = threading.Condition()
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] == "http" and scope["path"].startswith(self.prefix):
+            with self.changed:
+                self.count += 1
+                self.changed.notify_all()
+        await self.app(scope, receive, send)
+
+    def wait_for(self, count: int) -> bool:
+        with self.changed:
+            return self.changed.wait_for(lambda: self.count >= count, timeout=60)
+
+
+def _held_ingest(monkeypatch, running: threading.Event, release: threading.Event, home: Path) -> dict:
+    import strata.pipeline.ingest
+    from strata.pipeline.ingest import IngestReport
+
+    def ingest(paths, settings, progress=None, features=False):
+        running.set()
+        release.wait(60)
+        return IngestReport(files=[], parse_seconds=0, index_seconds=0, resolved_references=0)
+
+    monkeypatch.setattr(strata.pipeline.ingest, "ingest", ingest)
+    (home / "files" / "batch").mkdir(parents=True)
+    return {"method": "POST", "url": "/ingest", "data": {"folder": "batch"}}
+
+
+def _held_toc_question(monkeypatch, running: threading.Event, release: threading.Event, home: Path) -> dict:
+    import strata.toc.query as toc_query
+    from strata.documents.model import Paper
+
+    def answer_from_toc(settings, paper, question, k=None):
+        running.set()
+        release.wait(60)
+        raise ValueError("its ToC has no leaves to answer with")
+
+    monkeypatch.setattr(toc_query, "answer_from_toc", answer_from_toc)
+    with open_store(corpus_settings(home)) as store:
+        store.put_paper(Paper(id="p1", title="A paper", source_format="test", text="Some text."), "sha")
+    return {"method": "GET", "url": "/toc/p1", "params": {"q": "What was measured?"}}
+
+
+@pytest.mark.parametrize("hold", [_held_ingest, _held_toc_question], ids=["ingest", "toc-question"])
+def test_requests_queued_behind_a_held_lock_leave_the_threads_to_other_requests(tmp_path, monkeypatch, hold) -> None:
+    """While one request holds the ingest lock or the LLM slot and many more of its kind queue for it, an unrelated
+    /papers request is answered at once (45 queued ingests once held every pool thread: /papers waited 16 s)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    running, release = threading.Event(), threading.Event()
+    home = tmp_path / "home"
+    request = hold(monkeypatch, running, release, home)
+    app = Arrivals(create_app(corpus_settings(home), ask_fn=fake_ask), request["url"])
+    with (
+        background_server(app) as url,
+        httpx.Client(base_url=url, timeout=120, limits=httpx.Limits(max_connections=CROWD + 5)) as client,
+        ThreadPoolExecutor(CROWD) as pool,
+    ):
+        replies = [pool.submit(client.request, **request) for _ in range(CROWD)]
+        try:
+            assert running.wait(60) and app.wait_for(CROWD)
+            # Not answered until the lock is released: the old code's 40 pool threads all waited on it.
+            assert client.get("/papers/missing", timeout=20).status_code == 404
+        finally:
+            release.set()
+        assert {reply.result().status_code for reply in replies} == {200 if request["url"] == "/ingest" else 400}
+
+
+def test_locate_reads_the_papers_text_once(tmp_path) -> None:
+    """/locate cuts the span and its context from one read of the paper's text (it once read the text twice)."""
+    import re
+
+    from strata.documents.builder import PaperBuilder
+    from strata.serve.service import CorpusService
+
+    builder = PaperBuilder("p1", "test")
+    builder.open_section("Results", level=1, page=2)
+    builder.add_block("Before the span. The measured value was 42 mg. After the span.", page=2)
+    settings = corpus_settings(tmp_path / "home")
+    with open_store(settings) as store:
+        store.put_paper(builder.build(title="A paper"), "sha")
+    reads: list[str] = []
+    with closing(CorpusService(settings)) as service:
+        service.corpus.store._db.set_trace_callback(
+            lambda sql: reads.append(sql) if re.search(r"^SELECT\b.*\btext\b.*\bFROM papers\b", sql, re.S) else None
+        )
+        paper_text = service.corpus.store.paper_text("p1")
+        start = paper_text.index("The measured")
+        reads.clear()
+        located = service.locate(f"p1#{start}-{start + 29}", context=7)
+    assert (located.text, located.before, located.after) == ("The measured value was 42 mg.", " span. ", " After ")
+    assert located.section_path == ("Results",) and located.page == 2 and located.title == "A paper"
+    assert len(reads) == 1, reads

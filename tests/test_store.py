@@ -65,3 +65,32 @@ def test_store_survives_reopen_and_counts(tmp_path):
         stats = store.stats()
         assert (stats.papers, stats.chunks, stats.files_failed) == (1, 1, 1)
         assert store.failed_files()[0].error == "broken"
+
+
+def test_an_interruption_right_after_begin_rolls_the_transaction_back(tmp_path):
+    """An exception landing as BEGIN IMMEDIATE returns (Ctrl-C, an asynchronous exception) once left the connection
+    in a transaction, and every later write on it failed."""
+    import pytest
+
+    class InterruptedAfterBegin:
+        def __init__(self, db):
+            self.db = db
+
+        def execute(self, sql, *args):
+            result = self.db.execute(sql, *args)
+            if sql == "BEGIN IMMEDIATE":
+                raise KeyboardInterrupt
+            return result
+
+        def __getattr__(self, name):
+            return getattr(self.db, name)
+
+    with CorpusStore(tmp_path / "c.db") as store:
+        connection = store._db
+        store._db = InterruptedAfterBegin(connection)
+        with pytest.raises(KeyboardInterrupt):
+            store.put_paper(_paper("a", "x"), "s")
+        store._db = connection
+        assert not connection.in_transaction
+        store.put_paper(_paper("a", "x"), "s")
+        assert store.has_paper("a")

@@ -159,7 +159,8 @@ def ingest_file(store: WritableStore, path: Path, settings: Settings) -> FileOut
         if unchanged(store, key, digest):
             outcome = FileOutcome(path=key, status="skipped")
         else:
-            # Closed on the way out, so a store error mid-file leaves no time limit armed behind it.
+            # Closed on the way out, so a store error mid-file leaves no time limit (its signal handler or watchdog
+            # thread) behind it.
             with closing(parse_file(path, settings)) as papers:
                 outcome = store_file(store, key, digest, papers)
     except FILE_ERRORS as error:
@@ -178,9 +179,12 @@ def unchanged(store: WritableStore, key: str, digest: str) -> bool:
 
 
 def parse_file(path: Path, settings: Settings) -> Generator[Paper, None, None]:
-    """The papers of `path`, parsed as they are asked for, all within `parsing.per_file_timeout_s`."""
-    with parse_time_limit(settings.parsing.per_file_timeout_s):
-        yield from iter_papers(path, settings.parsing)
+    """The papers of `path`, parsed as they are asked for, all within `parsing.per_file_timeout_s` of parsing. The
+    clock stops while the caller has a paper: a limit firing inside its store write could leave a transaction open."""
+    with parse_time_limit(settings.parsing.per_file_timeout_s) as limit:
+        for paper in iter_papers(path, settings.parsing):
+            with limit.paused():
+                yield paper
 
 
 def store_file(
@@ -236,57 +240,89 @@ def _files_of(path: Path) -> Iterator[Path]:
 
 
 @contextmanager
-def parse_time_limit(seconds: float) -> Iterator[None]:
-    """Abort a parse that runs past `seconds` with a TimeoutError.
+def parse_time_limit(seconds: float) -> Iterator[_Alarm | _Watchdog]:
+    """Abort a parse that runs past `seconds` with a TimeoutError; the clock stops inside the yielded limit's
+    `paused()`.
 
     On the main thread a SIGALRM raises it; elsewhere (the server's ingest thread, a Ray worker's task thread: no
-    signal reaches them) a timer raises it in the parsing thread. Either lands between Python bytecodes, so one long
-    C call (a single PyMuPDF page) finishes first.
+    signal reaches them) a watchdog thread raises it in the parsing thread. Either lands between Python bytecodes, so
+    one long C call (a single PyMuPDF page) finishes first.
     """
-    message = f"parsing took longer than {seconds:.0f}s (parsing.per_file_timeout_s)"
-    if threading.current_thread() is not threading.main_thread():
-        with _thread_time_limit(seconds, message):
-            yield
-        return
-
-    def expire(signum: int, frame: object) -> None:
-        raise TimeoutError(message)
-
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+    message = f"parsing took longer than {seconds:g}s (parsing.per_file_timeout_s)"
+    on_main = threading.current_thread() is threading.main_thread()
+    limit = _Alarm(seconds, message) if on_main else _Watchdog(seconds, message)
     try:
-        yield
+        yield limit
     finally:
+        limit.stop()
+
+
+class _Alarm:
+    """The time limit on the main thread: a SIGALRM whose handler raises TimeoutError(message)."""
+
+    def __init__(self, seconds: float, message: str) -> None:
+        def expire(signum: int, frame: object) -> None:
+            raise TimeoutError(message)
+
+        self._previous = signal.signal(signal.SIGALRM, expire)
+        signal.setitimer(signal.ITIMER_REAL, seconds)
+
+    @contextmanager
+    def paused(self) -> Iterator[None]:
+        left, _ = signal.setitimer(signal.ITIMER_REAL, 0)  # an expired timer's handler raises before the yield
+        yield
+        signal.setitimer(signal.ITIMER_REAL, left)
+
+    def stop(self) -> None:
         signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+        signal.signal(signal.SIGALRM, self._previous)
 
 
-@contextmanager
-def _thread_time_limit(seconds: float, message: str) -> Iterator[None]:
-    """Raise TimeoutError(message) in this thread after `seconds`, through CPython's asynchronous exceptions (no
-    library wraps this for a context manager we can use here; `stopit` does the same)."""
-    thread_id = ctypes.c_ulong(threading.get_ident())
+class _Watchdog:
+    """The time limit off the main thread: a thread that raises TimeoutError(message) in the parsing thread once it
+    has run `seconds` outside `paused()`, through CPython's asynchronous exceptions (no library wraps this for a
+    context manager we can use here; `stopit` does the same). One thread per file, however many papers it holds."""
 
-    class ParseTimeout(TimeoutError):
-        def __init__(self, *args: object) -> None:
-            super().__init__(*(args or (message,)))
+    def __init__(self, seconds: float, message: str) -> None:
+        class ParseTimeout(TimeoutError):
+            def __init__(self, *args: object) -> None:
+                super().__init__(*(args or (message,)))
 
-    guard = threading.Lock()
-    active = True
+        self._timeout = ParseTimeout
+        self._parser = ctypes.c_ulong(threading.get_ident())
+        self._running, self._done = True, False
+        self._deadline = time.monotonic() + seconds  # while running
+        self._left = seconds  # while paused
+        self._changed = threading.Condition()
+        threading.Thread(target=self._watch, name="parse-time-limit", daemon=True).start()
 
-    def expire() -> None:
-        with guard:
-            if active:
-                ctypes.pythonapi.PyThreadState_SetAsyncExc(thread_id, ctypes.py_object(ParseTimeout))
+    def _watch(self) -> None:
+        with self._changed:
+            while not self._done:
+                if not self._running:
+                    self._changed.wait()
+                elif (left := self._deadline - time.monotonic()) > 0:
+                    self._changed.wait(left)
+                else:
+                    ctypes.pythonapi.PyThreadState_SetAsyncExc(self._parser, ctypes.py_object(self._timeout))
+                    return
 
-    timer = threading.Timer(seconds, expire)
-    timer.daemon = True
-    timer.start()
-    try:
+    @contextmanager
+    def paused(self) -> Iterator[None]:
+        # The watchdog raises only while it holds `_changed`: an exception it raised surfaces in this thread once it
+        # has taken `_changed` here (at its next call), never after the yield.
+        with self._changed:
+            self._left = self._deadline - time.monotonic()
+            self._running = False
         yield
-    finally:
-        with guard:
-            active = False
-        timer.cancel()
+        with self._changed:
+            self._deadline = time.monotonic() + self._left
+            self._running = True
+            self._changed.notify()
+
+    def stop(self) -> None:
+        with self._changed:
+            self._done = True
+            self._changed.notify()
         # An exception scheduled as the parse finished would surface later, outside this file: drop it.
-        ctypes.pythonapi.PyThreadState_SetAsyncExc(thread_id, None)
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(self._parser, None)

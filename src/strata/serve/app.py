@@ -17,6 +17,7 @@ import socket
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Annotated
 
@@ -170,13 +171,14 @@ def _api(service: CorpusService) -> APIRouter:
         return service.locate(locator, context)
 
     @api.get("/toc/{paper_id}", tags=["corpus"])
-    def toc(
+    async def toc(
         paper_id: str,
         q: Annotated[str | None, Query(description="A question: also rank the ToC leaves that answer it")] = None,
         k: Annotated[int | None, Query(ge=1, le=20, description="Leaves returned")] = None,
     ) -> TocView:
         """The paper's ToC; with `q`, the leaves that answer the question (STAIR adapter or zero-shot LLM)."""
-        return service.toc(paper_id, q, k)
+        work = partial(service.toc, paper_id, q, k)
+        return await (service.llm_slots.run(work) if q else run_in_threadpool(work))
 
     @api.post("/ask", tags=["answers"], response_class=EventSourceResponse,
               responses={200: {"description": "Server-sent events: `stage` (StageEvent) events as the pipeline runs, "
@@ -198,13 +200,14 @@ def _api(service: CorpusService) -> APIRouter:
         files: Annotated[list[UploadFile] | None, File(description="Files to add (PDF, TEI, JATS, ...)")] = None,
         folder: Annotated[str | None, Form(description="Or: a folder inside the storage root")] = None,
     ) -> IngestReport:
-        """Add uploaded files, or a folder already inside the server's storage root, to the corpus."""
+        """Add uploaded files, or a folder already inside the server's storage root, to the corpus. One ingest runs at a
+        time; the others wait for their turn."""
         if bool(files) == bool(folder):
             raise ServiceError("send either files (multipart 'files') or a 'folder' inside the storage root")
         if folder:
-            return await run_in_threadpool(service.ingest_folder, folder)
+            return await service.ingest_slot.run(partial(service.ingest_folder, folder))
         uploads = [Upload(name=file.filename or "", content=file.file, size=file.size or 0) for file in files or []]
-        return await run_in_threadpool(service.ingest_uploads, uploads)
+        return await service.ingest_slot.run(partial(service.ingest_uploads, uploads))
 
     return api
 
@@ -235,7 +238,7 @@ async def _ask_events(service: CorpusService, request: AskRequest) -> AsyncItera
             logger.exception("answering %r failed", request.question)
             return AskError(detail=f"answering failed: {type(error).__name__}: {error}")
 
-    worker = loop.run_in_executor(None, answer)
+    worker = asyncio.ensure_future(service.llm_slots.run(answer))  # waits for an LLM slot in the loop, not a thread
     worker.add_done_callback(lambda done: queue.put_nowait(done.result()))
     try:
         while True:

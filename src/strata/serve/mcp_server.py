@@ -17,7 +17,7 @@ from strata.config import Settings
 from strata.documents.model import Ranking
 from strata.read.model import Answer, AnswerFormat
 from strata.retrieve.hybrid import Method
-from strata.serve.service import AskFunction, CorpusService, SectionText, ServiceError, TocView
+from strata.serve.service import AskFunction, CorpusService, Gate, SectionText, ServiceError, TocView
 
 T = TypeVar("T")
 
@@ -48,7 +48,7 @@ def build_mcp_server(settings: Settings, ask_fn: AskFunction | None = None) -> M
         format: Annotated[AnswerFormat, Field(description="'text', 'mc' or 'table'")] = "text",
     ) -> Answer:
         """Answer a question from the corpus; every claim cites numbered evidence whose locator names exact text."""
-        result = await _run(lambda: service.ask(question, options, format))
+        result = await _run(lambda: service.ask(question, options, format), service.llm_slots)
         return result.answer
 
     @server.tool()
@@ -57,7 +57,7 @@ def build_mcp_server(settings: Settings, ask_fn: AskFunction | None = None) -> M
         question: Annotated[str | None, Field(description="Optional: rank the sections that answer it")] = None,
     ) -> TocView:
         """A paper's table of contents; with a question, also the sections (leaves) that answer it."""
-        return await _run(lambda: service.toc(paper_id, question))
+        return await _run(lambda: service.toc(paper_id, question), service.llm_slots if question else None)
 
     @server.tool()
     async def read_section(
@@ -70,10 +70,11 @@ def build_mcp_server(settings: Settings, ask_fn: AskFunction | None = None) -> M
     return server
 
 
-async def _run(work: Callable[[], T]) -> T:
-    """Corpus work in a worker thread (the protocol keeps running); a client's mistake is a tool error it can read."""
+async def _run(work: Callable[[], T], gate: Gate | None = None) -> T:
+    """Corpus work in a worker thread (the protocol keeps running), after its turn at `gate` (an LLM slot) when given;
+    a client's mistake is a tool error it can read."""
     try:
-        return await anyio.to_thread.run_sync(work)
+        return await (gate.run(work) if gate else anyio.to_thread.run_sync(work))
     except ServiceError as error:
         raise ToolError(str(error)) from error
 

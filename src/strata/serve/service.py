@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable
 from contextlib import ExitStack, closing
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO, Protocol
+from typing import TYPE_CHECKING, BinaryIO, Protocol, TypeVar
 
 import anyio
 import anyio.to_thread
@@ -38,6 +38,8 @@ UPLOADS = "uploads"  # sub-folder of the storage root that uploaded files are wr
 MAX_OPTIONS = 26  # multiple-choice options are lettered A-Z
 MAX_OPTION_CHARS = 1000  # options join the question in the search query, so each is bounded like a query
 FAISS_THREADS = 1
+
+T = TypeVar("T")
 
 
 class AskFunction(Protocol):
@@ -134,6 +136,29 @@ class Health(BaseModel):
     corpus: CorpusStats
 
 
+class Gate:
+    """Work that at most `slots` callers do at once (LLM answers, ingests). A worker thread takes a slot with `with
+    gate:`. The event loop hands such work over with `await gate.run(work)`: the request waits for its turn in the loop
+    and only then takes a thread, so requests queued for a long ingest or answer hold none (45 ingests queued on
+    FastAPI's pool threads once held all 40 of them, and an unrelated /papers request waited 16 s)."""
+
+    def __init__(self, slots: int) -> None:
+        self._slots = threading.BoundedSemaphore(slots)
+        # At most `slots` threads of `run` at once: one of them waits on `_slots` only while a caller outside `run`
+        # (an MCP tool's thread, a direct call) holds a slot.
+        self._turns = anyio.CapacityLimiter(slots)
+
+    def __enter__(self) -> None:
+        self._slots.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self._slots.release()
+
+    async def run(self, work: Callable[[], T]) -> T:
+        """`work` (which takes a slot with `with gate:` itself) on a worker thread, once it is its turn."""
+        return await anyio.to_thread.run_sync(work, limiter=self._turns)
+
+
 class ResidentPipeline:
     """The default ask function: one Read pipeline (store, LLM, reranker) opened on the first question and reused by
     the next ones, instead of loading the LLM again per question as `strata.pipeline.ask.ask` does."""
@@ -159,7 +184,7 @@ class ResidentPipeline:
 
 
 class CorpusService:
-    """One open corpus shared by every request; ingest and LLM work are bounded by locks."""
+    """One open corpus shared by every request; ingest and LLM work are bounded by gates."""
 
     def __init__(self, settings: Settings, ask_fn: AskFunction | None = None) -> None:
         self.settings = settings
@@ -171,8 +196,8 @@ class CorpusService:
         self._store = self.corpus.store
         self.reranker = self._search_reranker()
         # The embedded LLM serves one caller at a time; asks and ToC questions queue for a slot.
-        self._llm_slots = threading.BoundedSemaphore(settings.serve.concurrent_asks)
-        self._ingest_lock = threading.Lock()
+        self.llm_slots = Gate(settings.serve.concurrent_asks)
+        self.ingest_slot = Gate(1)
         self._resident = ExitStack()  # what the default ask function keeps open between questions
         self._batcher: QueryBatcher | None = None
         self._batcher_lock = threading.Lock()
@@ -269,8 +294,9 @@ class CorpusService:
     def locate(self, locator: str, context: int | None = None) -> LocatedText:
         try:
             wanted = Locator.parse(locator)
-            located, text = self._store.locate(wanted)
-            paper_text = self._store.paper_text(located.paper_id)
+            paper_text = self._store.paper_text(wanted.paper_id)  # read once: the span and its context come from it
+            text = wanted.resolve(paper_text)
+            located = self._store.place(wanted)
         except KeyError as error:
             raise NotFoundError(error.args[0]) from error
         except ValueError as error:
@@ -315,7 +341,7 @@ class CorpusService:
             self.check_query(question)
             from strata.toc.query import answer_from_toc
 
-            with self._llm_slots:  # the paper is already read: no second store connection for it
+            with self.llm_slots:  # the paper is already read: no second store connection for it
                 try:
                     answer = answer_from_toc(self.settings, paper, question, k=k)
                 except ValueError as error:  # e.g. a ToC with no leaves: the request, not the server, is at fault
@@ -357,7 +383,7 @@ class CorpusService:
         self.check_query(question)
         check_options(options or [], answer_format)
         ask_fn = self.answer_function()
-        with self._llm_slots:
+        with self.llm_slots:
             return ask_fn(question, self.settings, options=options, answer_format=answer_format, on_event=on_event)
 
     # adding to the corpus
@@ -376,7 +402,7 @@ class CorpusService:
         targets = [self._upload_target(upload.name) for upload in uploads]
         if len(set(targets)) != len(targets):
             raise ServiceError("two uploaded files have the same name")
-        with self._ingest_lock:
+        with self.ingest_slot:
             for target, upload in zip(targets, uploads):
                 target.parent.mkdir(parents=True, exist_ok=True)
                 with target.open("wb") as handle:
@@ -397,7 +423,7 @@ class CorpusService:
         if not path.exists():
             raise NotFoundError(f"no file or folder {folder!r} in the storage root")
         inside = [found for found in discover([path]) if found.resolve().is_relative_to(self.storage_root)]
-        with self._ingest_lock:
+        with self.ingest_slot:
             return self._ingest(inside)
 
     def _upload_target(self, name: str) -> Path:

@@ -313,14 +313,19 @@ class SqlCorpusStore:
     def locate(self, locator: Locator) -> tuple[Locator, str]:
         """The exact text a locator names, with its section path and page filled in from the chunk holding it."""
         text = locator.resolve(self.paper_text(locator.paper_id))
+        return self.place(locator), text
+
+    def place(self, locator: Locator) -> Locator:
+        """The locator with the section path and page of the chunk holding its span (as it was when none holds it);
+        its paper's text is not read."""
         holding = self._chunks_where(
             "c.paper_id = ? AND c.char_start <= ? AND c.char_end >= ? ORDER BY c.ordinal LIMIT 1",
             [locator.paper_id, locator.char_start, locator.char_end],
         )
-        if holding:
-            chunk = holding[0].chunk
-            locator = locator.model_copy(update={"section_path": chunk.section_path, "page": chunk.page})
-        return locator, text
+        if not holding:
+            return locator
+        chunk = holding[0].chunk
+        return locator.model_copy(update={"section_path": chunk.section_path, "page": chunk.page})
 
     # references and the citation graph
 

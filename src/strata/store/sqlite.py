@@ -62,14 +62,17 @@ class CorpusStore(SqlCorpusStore):
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
         with self._lock:
-            with self._busy_is_clear():
-                self._db.execute("BEGIN IMMEDIATE")
+            # BEGIN and COMMIT inside the try: an exception landing as either returns (Ctrl-C) must not leave the
+            # connection in a transaction, which would fail every later write on it.
             try:
+                with self._busy_is_clear():
+                    self._db.execute("BEGIN IMMEDIATE")
                 yield self._db
+                self._db.execute("COMMIT")
             except BaseException:
-                self._db.execute("ROLLBACK")
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
                 raise
-            self._db.execute("COMMIT")
 
     def _where_in(self, column: str, values: list[object]) -> Iterator[tuple[str, list[object]]]:
         for start in range(0, len(values), MAX_PARAMS):
