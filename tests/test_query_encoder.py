@@ -4,15 +4,19 @@ keep the indexed model's vectors, so the dense index stays valid)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
+import torch
 
 from corpus_support import bm25_corpus
-from strata.config import EmbeddingSettings, Settings
+from strata.config import EmbeddingSettings, RerankSettings, Settings
 from strata.corpus import Corpus
 from strata.encoders.embedder import Embedder
 from strata.retrieve.query_batch import QueryBatcher
-from strata.train.query_encoder import mrr_at_10, query_encoder_dir, train_query_encoder
+from strata.train.pairs import TrainingQuery
+from strata.train.query_encoder import fit, mrr_at_10, query_encoder_dir, train_query_encoder
 from test_train_pairs import papers
 
 pytestmark = pytest.mark.slow
@@ -23,6 +27,34 @@ def test_mrr_counts_the_rank_of_each_querys_own_paper_cut_at_ten():
     queries = np.stack([papers_[0], 0.9 * papers_[1] + papers_[2]])  # own paper first; own paper second
     assert mrr_at_10(queries, papers_, [0, 1]) == pytest.approx((1.0 + 0.5) / 2)
     assert mrr_at_10(queries[:1], papers_, [5]) == 0.0  # ranked beyond 10 (tied last with 10 others): 0
+
+
+class TinyEncoder(torch.nn.Module):
+    """Stands in for a SentenceTransformer in `fit`: every query embedded as one learnt vector."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.vector = torch.nn.Parameter(torch.ones(3))
+
+    def preprocess(self, texts):
+        return len(texts)
+
+    def forward(self, count):
+        return {"sentence_embedding": self.vector.expand(count, 3)}
+
+    def save(self, folder):
+        Path(folder).mkdir(parents=True, exist_ok=True)
+
+
+def test_validation_runs_the_configured_number_of_checks_spread_evenly_the_last_at_the_end(tmp_path):
+    queries = [TrainingQuery(query=f"q{n}", paper_id=f"p{n % 3}", positive="", source="title") for n in range(6)]
+    row = {f"p{n}": n for n in range(3)}
+    papers_ = torch.eye(3)
+    for steps, checks, expected in [(10, 3, [4, 7, 10]), (10, 4, [3, 5, 8, 10]), (8, 4, [2, 4, 6, 8]), (2, 4, [1, 2])]:
+        rerank = RerankSettings(query_encoder_steps=steps, query_encoder_checks=checks, query_encoder_batch=2)
+        made = fit(TinyEncoder(), queries, row, papers_, rerank, lambda: 0.5, tmp_path / "staged", lambda line: None,
+                   None)
+        assert [check.step for check in made] == expected
 
 
 def adapt(tmp_path, **overrides):

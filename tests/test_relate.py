@@ -11,6 +11,7 @@ from strata.config import Settings
 from strata.documents.model import Candidate, Paper, Ranking, Reference
 from strata.pipeline.ask import find_candidates
 from strata.relate import CandidateSet, Relater, round_robin
+from strata.relate.expand import paper_vectors
 from strata.relate.signals import PaperVectors, ReferenceGraph
 from strata.store.sqlite import PaperSummary
 
@@ -114,6 +115,15 @@ def test_paper_vectors_rank_by_cosine_and_are_cached_on_disk(tmp_path):
     assert embedder.embedded == 5 and vectors.path.is_file()
     again = PaperVectors(embedder, tmp_path)
     assert again.neighbours(store, "a", 2) == ["b", "c"] and embedder.embedded == 5  # read back, not re-embedded
+
+
+def test_relate_and_training_share_one_paper_vector_cache_per_folder_and_source(tmp_path):
+    corpus = FakeCorpus([])
+    relate = settings(tmp_path, paper_vector_cache=str(tmp_path / "vectors")).relate
+    shared = paper_vectors(corpus, relate, tmp_path)
+    assert Relater(corpus, relate, tmp_path).vectors is shared and shared.path.parent == tmp_path / "vectors"
+    assert shared.source == "chunk-mean" and paper_vectors(corpus, relate, tmp_path, "abstract") is not shared
+    assert paper_vectors(corpus, settings(tmp_path).relate, tmp_path).path.parent == tmp_path / "relate"
 
 
 def test_references_signal_scores_coupling_and_direct_citation():

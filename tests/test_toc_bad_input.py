@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 from strata import cli
@@ -123,6 +124,42 @@ def test_train_toc_refuses_a_toc_over_the_context_before_generating_any_question
     error = capsys.readouterr().err
     assert "strata: error: long-book: the ToC is" in error and "toc.context_tokens (1024)" in error
     assert "toc.answer_reserve_tokens (1000)" in error and "raise toc.context_tokens to at least" in error
+
+
+class PreferringBackend:
+    """A token backend of whole words whose model prefers the words of one label by 5 nats wherever it is shown."""
+
+    end_of_answer_token = 0
+    vocabulary = 256
+
+    def __init__(self, wanted: str) -> None:
+        self.words: dict[str, int] = {}
+        self.wanted = self.tokenize_answer(wanted)
+
+    def tokenize_answer(self, text: str) -> list[int]:
+        return [self.words.setdefault(word, len(self.words) + 1) for word in text.split()]
+
+    def next_token_logprobs(self, system, user, answer):
+        logits = np.full(self.vocabulary, -5.0)
+        logits[self.wanted] = 0.0
+        return logits - np.log(np.exp(logits).sum())
+
+
+def test_zero_shot_windows_are_ranked_on_one_scale_and_a_window_of_one_choice_does_not_win_by_default():
+    # Leaves 1-5, 'leaf N Title' is 3 words: windows [1 2] [3 4] [5]. Renormalised over its own choices, leaf 5
+    # alone scores log 1 = 0, above the preferred leaf 3 (log of its share against leaf 4, just below 0).
+    builder = PaperBuilder("flat", "test")
+    for title in ("Alpha", "Beta", "Target", "Delta", "Omega"):
+        builder.open_section(title, 1)
+        builder.add_block(f"{title} text.")
+    toc = document_toc(builder.build(title="Flat"))
+    settings = TocSettings(context_tokens=1024, answer_reserve_tokens=1018, top_k=2)  # 6 tokens: two lines
+    retriever = TocRetriever(SimpleNamespace(backend=PreferringBackend("3 Target")), settings)  # type: ignore[arg-type]
+    assert [[entry.number for entry in view.choices] for view in retriever.views(toc, None)] == [["1", "2"],
+                                                                                                ["3", "4"], ["5"]]
+    ranking = retriever.rank(toc, "Where is the target?")
+    assert [leaf.number for leaf in ranking.leaves][0] == "3" and len(ranking.leaves) == 2
+    assert ranking.leaves[0].score > ranking.leaves[1].score
 
 
 # A ToC of one leaf

@@ -137,3 +137,28 @@ def test_a_whole_real_book_too_long_for_the_context_still_answers_with_its_real_
     for hit in answer.hits:
         assert tuple(hit.path) in leaves
         assert paper.text[hit.locator.char_start : hit.locator.char_end] == hit.text
+
+
+def test_the_adapter_alone_ranks_through_the_decoder_shared_with_evaluation(tmp_path, monkeypatch):
+    """`strata toc` with an adapter and no fusion answers through `decode.rank_questions`, as evaluation does."""
+    from strata.toc import adapter, decode, query
+    from toc_support import book, tiny_model, tiny_tokenizer
+
+    toc = book()
+    tokenizer = tiny_tokenizer(toc)
+    model = tiny_model(tokenizer)
+    meta = adapter.AdapterMeta(mode="stair", base_model="tiny", paper_ids=[toc.paper_id], lora_r=1, lora_alpha=1)
+    monkeypatch.setattr(adapter, "load_base_model", lambda *args: (model, tokenizer, "tiny"))
+    monkeypatch.setattr(adapter, "load_adapter", lambda base, *args: base)
+    monkeypatch.setattr(adapter, "read_adapter_meta", lambda folder: meta)
+    rank_questions, methods = decode.rank_questions, []
+
+    def recorded(method, *args, **kwargs):
+        methods.append(method)
+        return rank_questions(method, *args, **kwargs)
+
+    monkeypatch.setattr(decode, "rank_questions", recorded)
+    settings = Settings.load(overrides={"store.home": str(tmp_path), "toc.fusion_candidates": "0", "toc.device": "cpu"})
+    ranking = query._adapter_ranking(settings, tmp_path, toc, "Why do we dream?", 2)
+    assert methods == ["stair-adapter"] and ranking.method == "stair-adapter" and len(ranking.leaves) == 2
+    assert {leaf.number for leaf in ranking.leaves} <= {leaf.number for leaf in toc.leaves()}

@@ -218,6 +218,15 @@ def test_a_paper_shows_training_the_window_nearest_the_query_and_cloze_positives
         assert "Zinc" not in last.positive and "Background sentence 11" in last.positive  # where the sentence stood
 
 
+def test_inverse_cloze_draws_its_sentences_from_the_windows_the_cross_encoder_reads(tmp_path):
+    with bm25_corpus(tmp_path, late_evidence_papers()) as (_, corpus):
+        texts = PaperTexts(corpus.store)
+        read = " ".join(texts.body("p000")[:30])  # one window: sentences 0-3 of the filler (seven words each)
+        clozes = inverse_cloze_queries(texts, "p000", 30, random.Random(0), count=13, windows=1)
+        assert len(clozes) == 4 and all(cloze.query in read for cloze in clozes)
+        assert all(len(cloze.positive.split()) == 3 + 30 for cloze in clozes)  # title + a full window still
+
+
 class KeywordModel:
     """A stand-in cross-encoder: a pair scores 1 when its passage mentions zinc, else 0."""
 

@@ -62,6 +62,19 @@ def round_robin(lists: Sequence[Sequence[str]]) -> list[str]:
     return merged
 
 
+def paper_vectors(
+    corpus: CorpusView, settings: RelateSettings, store_home: Path, source: str | None = None
+) -> PaperVectors:
+    """Relate's paper vectors (`source`, by default `relate.paper_vectors`), one object per cache folder and source in
+    the corpus's cache, so that training, which reads them too, shares both the object and the files on disk."""
+    folder = settings.paper_vector_cache or Path(store_home) / "relate"
+    source = source or settings.paper_vectors
+    dense = corpus.vectors
+    return corpus.cached(
+        ("relate.paper-vectors", folder, source), lambda: PaperVectors(dense.embedder, folder, source, dense)
+    )
+
+
 class Relater:
     """Finds Ranking B for a Ranking A. Paper vectors and the reference graph outlive one question: they are kept in
     the corpus's cache (per cache folder and vector source), dropped when the corpus closes."""
@@ -69,12 +82,7 @@ class Relater:
     def __init__(self, corpus: CorpusView, settings: RelateSettings, store_home: Path) -> None:
         self.corpus = corpus
         self.settings = settings
-        folder = settings.paper_vector_cache or Path(store_home) / "relate"
-        dense = corpus.vectors
-        self.vectors = corpus.cached(
-            ("relate.paper-vectors", folder, settings.paper_vectors),
-            lambda: PaperVectors(dense.embedder, folder, settings.paper_vectors, dense),
-        )
+        self.vectors = paper_vectors(corpus, settings, store_home)
         self.graph = corpus.cached("relate.reference-graph", ReferenceGraph)
 
     def enabled_signals(self) -> list[SignalName]:

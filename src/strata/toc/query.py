@@ -137,7 +137,7 @@ def _adapter_ranking(settings: Settings, folder: Path, toc: DocumentToc, questio
     """The adapter's answer: fused with hybrid search when it was trained with a fusion weight (and
     toc.fusion_candidates is not 0), else its constrained decoding over the whole ToC."""
     from strata.toc.adapter import load_adapter, load_base_model, read_adapter_meta, resolve_device
-    from strata.toc.decode import PrefixCache, rank_prompts
+    from strata.toc.decode import rank_questions
     from strata.toc.encode import PromptEncoder
 
     started = time.perf_counter()
@@ -150,12 +150,12 @@ def _adapter_ranking(settings: Settings, folder: Path, toc: DocumentToc, questio
     encoder = PromptEncoder(tokenizer, settings.toc)
     if meta.fusion is not None and settings.toc.fusion_candidates > 0:
         retriever = fused_retriever(settings, toc, tuned, encoder, meta.adapt_toc, meta.fusion.weight)
-        return retriever.rank(question, k).model_copy(update={"seconds": time.perf_counter() - started})
-    prompt = encoder.prompt_ids(encoder.prompt("stair", toc, question))
-    prefix = None if meta.adapt_toc else PrefixCache(tuned, encoder.query_prefix("stair", toc), base=True)
-    (ranked,) = rank_prompts(tuned, encoder, [prompt], encoder.trie(toc), k, settings.toc.beam_width, 1, prefix)
-    leaves = [toc.entry(number).scored(score) for number, score in ranked]
-    return LeafRanking(query=question, method="stair-adapter", leaves=leaves, seconds=time.perf_counter() - started)
+        ranking = retriever.rank(question, k)
+    else:
+        asked = settings.toc.model_copy(update={"top_k": k})
+        (ranking,) = rank_questions("stair-adapter", tuned, encoder, toc, [question], asked, "stair", free=False,
+                                    base_prefix=not meta.adapt_toc)
+    return ranking.model_copy(update={"seconds": time.perf_counter() - started})  # loading the model included
 
 
 def leaf_search(settings: Settings, toc: DocumentToc) -> LeafHybrid | LeafBM25:

@@ -16,7 +16,7 @@ from strata.config import LLMSettings, Settings, TocSettings
 from strata.llm import LLMClient, Prompt
 from strata.llm.backend import TokenBackend, exposes_tokens
 from strata.toc.model import DocumentToc, LeafRanking, TocEntry, toc_prompts
-from strata.toc.tree import LEAF_MARK, TocView, plan_views
+from strata.toc.tree import LEAF_MARK, TocView, finalist_views, plan_views
 from strata.toc.trie import LabelTrie, best_first
 
 SELECT_PROMPT = "toc_select"
@@ -72,18 +72,13 @@ class TocRetriever:
     def views(self, toc: DocumentToc, scope: TocEntry | None) -> list[TocView]:
         key = (toc.paper_id, scope.number if scope else None)
         if key not in self._views:
-            budget = self.settings.context_tokens - self.settings.answer_reserve_tokens
-            self._views[key] = plan_views(toc, scope, budget, self._count_tokens)
+            self._views[key] = plan_views(toc, scope, self._toc_budget(), self._count_tokens)
         return self._views[key]
 
     def _rank_scope(self, toc: DocumentToc, query: str, scope: TocEntry | None, k: int) -> list[tuple[TocEntry, float]]:
-        candidates: list[tuple[TocEntry, float]] = []
-        for view in self.views(toc, scope):
-            candidates.extend(self._decode(self.prompt(toc, view, query), view.choices, k))
-        candidates.sort(key=lambda item: -item[1])  # stable: reading order breaks ties
         results: list[tuple[TocEntry, float]] = []
         opened = 0
-        for entry, score in candidates[:k]:
+        for entry, score in self._tournament(toc, query, scope, k):
             if entry.is_leaf:
                 results.append((entry, score))
             elif opened < self.settings.expand_collapsed:
@@ -91,6 +86,25 @@ class TocRetriever:
                 results.extend((leaf, score + inner) for leaf, inner in self._rank_scope(toc, query, entry, k))
         results.sort(key=lambda item: -item[1])
         return results[:k]
+
+    def _tournament(self, toc: DocumentToc, query: str, scope: TocEntry | None, k: int) -> list[tuple[TocEntry, float]]:
+        """The best `k` choices of the views of `scope`, best first, all scored in one prompt.
+
+        Scores are log-probabilities within a prompt (over its own choices, on the trie path), so those of different
+        windows are not on one scale: a window of one choice scores log 1 = 0 whatever the question. Each window's
+        best `k` therefore go on to another round, in one view when they fit it, until one prompt ranks them all.
+        """
+        views = self.views(toc, scope)
+        while len(views) > 1:
+            found = [self._decode(self.prompt(toc, view, query), view.choices, k) for view in views]
+            field = sum(len(view.choices) for view in views)
+            finalists = [entry for ranked in found for entry, _ in ranked]
+            if len(finalists) == field:  # windows of k choices or fewer: only their winners go on, so the field shrinks
+                finalists = [ranked[0][0] for ranked in found]
+            if len(finalists) == field:  # a window per choice: no prompt holds two of them, so they cannot be compared
+                return sorted((item for ranked in found for item in ranked), key=lambda item: -item[1])[:k]
+            views = finalist_views(toc, scope, finalists, self._toc_budget(), self._count_tokens)
+        return self._decode(self.prompt(toc, views[0], query), views[0].choices, k)
 
     def _decode(self, prompt: Prompt, choices: Sequence[TocEntry], k: int) -> list[tuple[TocEntry, float]]:
         by_number = {entry.number: entry for entry in choices}
@@ -122,6 +136,9 @@ class TocRetriever:
                 backend.end_of_answer_token,
             )
         return self._tries[key]
+
+    def _toc_budget(self) -> int:
+        return self.settings.context_tokens - self.settings.answer_reserve_tokens
 
     def _count_tokens(self, text: str) -> int:
         if self._tokens is not None:

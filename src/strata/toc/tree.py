@@ -6,7 +6,8 @@ owns the chunks whose section path lies under it; text that an inner section hol
 
 A ToC too long for the context is shown level by level: the deepest listing that fits is rendered with the inner
 entries at its last level collapsed (selectable, marked with how many entries they hide); choosing one opens its
-subtree in a second prompt. A listing that does not fit even at the top level is cut into consecutive windows.
+subtree in a second prompt. A listing that does not fit even at the top level is cut into consecutive windows,
+whose best choices then meet in views of their own (`finalist_views`).
 """
 
 from __future__ import annotations
@@ -99,10 +100,44 @@ def plan_views(
     level is cut into consecutive windows. Never fails: a single line longer than the budget gets a view alone.
     A view's size is the sum of its lines' token counts, each line counted with its newline.
     """
-    members = [entry for entry in toc.entries if scope is None or (entry.is_under(scope) and entry != scope)]
+    members, context, hidden = _scope(toc, scope)
+    cost = _line_cost(count_tokens)
+    budget = budget_tokens - cost(context)
     base = scope.depth if scope else 0
+    for depth in range(max((entry.depth for entry in members), default=base + 1), base, -1):
+        shown = [entry for entry in members if entry.depth <= depth]
+        lines = _lines(shown, depth, hidden)
+        if cost(lines) <= budget:
+            return [_view(context, shown, lines, depth)]
+    return _windows(context, [entry for entry in members if entry.depth == base + 1], base + 1, hidden, budget, cost)
+
+
+def finalist_views(
+    toc: DocumentToc,
+    scope: TocEntry | None,
+    finalists: Sequence[TocEntry],
+    budget_tokens: int,
+    count_tokens: TokenCounter,
+) -> list[TocView]:
+    """Views of `finalists`, entries of the first level below `scope` that won their windows of `plan_views`, in
+    reading order and as those windows show them: one view if they fit it, else consecutive windows again."""
+    members, context, hidden = _scope(toc, scope)
+    cost = _line_cost(count_tokens)
+    chosen = {entry.number for entry in finalists}
+    shown = [entry for entry in members if entry.number in chosen]
+    depth = (scope.depth if scope else 0) + 1
+    return _windows(context, shown, depth, hidden, budget_tokens - cost(context), cost)
+
+
+def _scope(toc: DocumentToc, scope: TocEntry | None) -> tuple[list[TocEntry], list[str], dict[str, int]]:
+    """(the entries under `scope`, the lines of its ancestors shown above them, hidden entries per member)."""
+    members = [entry for entry in toc.entries if scope is None or (entry.is_under(scope) and entry != scope)]
     context = [render_line(entry) for entry in toc.entries if scope is not None and scope.is_under(entry)]
-    hidden = _descendant_counts(members)
+    return members, context, _descendant_counts(members)
+
+
+def _line_cost(count_tokens: TokenCounter) -> Callable[[Sequence[str]], int]:
+    """Token count of some lines, each counted once with its newline (the same lines are costed at every depth)."""
     line_tokens: dict[str, int] = {}
 
     def cost(lines: Sequence[str]) -> int:
@@ -111,24 +146,29 @@ def plan_views(
                 line_tokens[line] = count_tokens(line + "\n")
         return sum(line_tokens[line] for line in lines)
 
-    budget = budget_tokens - cost(context)
-    for depth in range(max((entry.depth for entry in members), default=base + 1), base, -1):
-        shown = [entry for entry in members if entry.depth <= depth]
-        lines = _lines(shown, depth, hidden)
-        if cost(lines) <= budget:
-            return [_view(context, shown, lines, depth)]
-    top = [entry for entry in members if entry.depth == base + 1]
+    return cost
+
+
+def _windows(
+    context: list[str],
+    entries: Sequence[TocEntry],
+    depth: int,
+    hidden: dict[str, int],
+    budget: int,
+    cost: Callable[[Sequence[str]], int],
+) -> list[TocView]:
+    """`entries` (all at `depth`) cut into consecutive views of at most `budget` tokens; a longer line stays alone."""
     views: list[TocView] = []
     start, used = 0, 0
-    top_lines = _lines(top, base + 1, hidden)
-    for index, line in enumerate(top_lines):
+    lines = _lines(entries, depth, hidden)
+    for index, line in enumerate(lines):
         size = cost([line])
         if index > start and used + size > budget:
-            views.append(_view(context, top[start:index], top_lines[start:index], base + 1))
+            views.append(_view(context, entries[start:index], lines[start:index], depth))
             start, used = index, 0
         used += size
-    if top:
-        views.append(_view(context, top[start:], top_lines[start:], base + 1))
+    if entries:
+        views.append(_view(context, entries[start:], lines[start:], depth))
     return views
 
 

@@ -25,6 +25,7 @@ from strata.encoders.embedder import resolve_model_path
 from strata.eval.retrieval import order_ndcg
 from strata.llm import LLMClient
 from strata.progress import Progress, tell
+from strata.relate.expand import paper_vectors as relate_paper_vectors
 from strata.relate.signals import PaperVectors
 from strata.rerank.base import Reranker, ScoringReranker
 from strata.rerank.crossencoder import FUSION_FILE, CrossEncoderReranker, trained_model_dir
@@ -256,14 +257,9 @@ def best_epoch(reports: Sequence[EpochReport]) -> int:
 
 
 def paper_vectors(corpus: Corpus) -> PaperVectors:
-    """Papers' mean chunk vectors (Relate's paper vectors, shared through the corpus cache and Relate's cache
-    folder), current with the store."""
-    settings = corpus.settings
-    folder = settings.relate.paper_vector_cache or Path(settings.store.home) / "relate"
-    vectors = corpus.cached(
-        ("relate.paper-vectors", folder, "chunk-mean"),
-        lambda: PaperVectors(corpus.embedder, folder, "chunk-mean", corpus.vectors),
-    )
+    """Papers' mean chunk vectors (Relate's 'chunk-mean' paper vectors, whatever source Relate itself is set to use),
+    current with the store."""
+    vectors = relate_paper_vectors(corpus, corpus.settings.relate, corpus.settings.store.home, "chunk-mean")
     vectors.refresh(corpus.store)
     return vectors
 

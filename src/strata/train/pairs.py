@@ -21,6 +21,7 @@ the resolved citation graph, not the sentences that cite.
 from __future__ import annotations
 
 import functools
+import itertools
 import random
 import re
 from collections.abc import Callable, Collection, Sequence
@@ -112,14 +113,17 @@ def inverse_cloze_queries(
     keep: float = 0.0,
     windows: int = 1,
 ) -> list[TrainingQuery]:
-    """Up to `count` different sentences of the body's first max(2, `windows`) x `words` words, each a query whose
-    positive is the reranker's title + window where the sentence stood (of the first `windows`), with that sentence
-    taken out, or, at rate `keep`, left in (Lee et al. keep it 10% of the time: a positive that never holds the
-    query's words, against hard negatives mined for sharing them, teaches a reranker that word overlap means
-    irrelevance)."""
+    """Up to `count` different sentences of the body's first `windows` x `words` words (what the cross-encoder
+    reads: a sentence beyond it asks about text the model never sees), each a query whose positive is the reranker's
+    title + window where the sentence stood (of the first `windows`, from the first max(2, `windows`) x `words`
+    words, so one window stays full once the sentence is out), with that sentence taken out, or, at rate `keep`,
+    left in (Lee et al. keep it 10% of the time: a positive that never holds the query's words, against hard
+    negatives mined for sharing them, teaches a reranker that word overlap means irrelevance)."""
     body = " ".join(texts.body(paper_id)[: max(2, windows) * words])
     sentences = SENTENCE_END.split(body)
-    usable = [index for index, sentence in enumerate(sentences) if len(sentence.split()) >= MIN_QUERY_WORDS]
+    ends = itertools.accumulate(len(sentence.split()) for sentence in sentences)
+    usable = [index for index, (sentence, end) in enumerate(zip(sentences, ends))
+              if len(sentence.split()) >= MIN_QUERY_WORDS and end <= windows * words]  # fmt: skip
     if len(body.split()) < MIN_BODY_WORDS or len(sentences) < 2 or not usable:
         return []
     title = texts.title(paper_id)

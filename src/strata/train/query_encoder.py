@@ -150,7 +150,7 @@ def fit(
     import torch
 
     steps, batch = rerank.query_encoder_steps, rerank.query_encoder_batch
-    every = max(1, steps // rerank.query_encoder_checks)
+    at = check_steps(steps, rerank.query_encoder_checks)
     optimizer = torch.optim.AdamW(model.parameters(), lr=rerank.train_learning_rate)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: warmup_then_decay(step, steps))
     rng = random.Random(rerank.train_seed)
@@ -171,11 +171,19 @@ def fit(
         optimizer.step()
         schedule.step()
         losses.append(loss.item())
-        tell(progress, "query encoder steps", step, steps, f"loss {np.mean(losses[-every:]):.3f}")
-        if step % every == 0 or step == steps:
-            checks.append(Check(step=step, loss=float(np.mean(losses[-every:])), validation=validate()))
+        recent = float(np.mean(losses[checks[-1].step if checks else 0 :]))  # since the previous check
+        tell(progress, "query encoder steps", step, steps, f"loss {recent:.3f}")
+        if step in at:
+            checks.append(Check(step=step, loss=recent, validation=validate()))
             log(f"step {step}: loss {checks[-1].loss:.3f}, validation MRR@10 {checks[-1].validation:.4f}")
             if all(checks[-1].validation > check.validation for check in checks[:-1]):  # the first best is kept
                 shutil.rmtree(staged, ignore_errors=True)
                 model.save(str(staged))
     return checks
+
+
+def check_steps(steps: int, checks: int) -> set[int]:
+    """The steps after which validation runs: `checks` of them (fewer only with fewer steps), evenly spread, the last
+    at the end. A fixed interval of steps // checks misses the end when it does not divide, and the end then adds a
+    check."""
+    return {-(-number * steps // checks) for number in range(1, checks + 1)}
