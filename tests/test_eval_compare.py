@@ -1,7 +1,7 @@
 import pytest
 
 from strata.cli import main
-from strata.eval.compare import compare
+from strata.eval.compare import compare, format_comparison
 from strata.eval.results import Experiment, QueryRow, new_result, write_result
 
 
@@ -32,6 +32,14 @@ def test_only_shared_queries_are_paired(tmp_path):
     system = _write(tmp_path / "b.json", {"q2": 0.4, "q3": 0.3, "q9": 1.0})
     result = compare(baseline, system, "nDCG@10")
     assert result.queries == 2 and set(result.per_query_delta) == {"q2", "q3"}
+
+
+def test_queries_in_one_file_only_are_counted_and_reported_as_left_out(tmp_path):
+    baseline = _write(tmp_path / "a.json", {"q1": 0.1, "q2": 0.2, "q3": 0.3, "q4": 0.9})
+    system = _write(tmp_path / "b.json", {"q2": 0.4, "q3": 0.3, "q9": 1.0})
+    result = compare(baseline, system, "nDCG@10")
+    assert (result.queries, result.baseline_only, result.system_only) == (2, 2, 1)
+    assert "left out: 2 queries only in the baseline, 1 only in the system" in format_comparison(result)
 
 
 def test_missing_metric_is_a_clear_error(tmp_path, capsys):

@@ -15,6 +15,7 @@ from process_support import stop_process
 
 from strata.config import LLMSettings
 from strata.llm import (
+    LLMError,
     LLMOutputError,
     LLMRequestError,
     LLMUnavailableError,
@@ -120,9 +121,9 @@ def test_killing_the_server_mid_run_gives_a_clear_error_within_bounded_time(smol
 
 
 class FakeServer:
-    """Answers POSTs from a script of (status, body) pairs, records what it was sent."""
+    """Answers POSTs from a script of (status, body) or (status, body, headers), records what it was sent."""
 
-    def __init__(self, script: list[tuple[int, object]], delay_s: float = 0.0) -> None:
+    def __init__(self, script: list[tuple], delay_s: float = 0.0) -> None:
         self.script, self.requests, self.delay_s = list(script), [], delay_s
         fake = self
 
@@ -131,9 +132,11 @@ class FakeServer:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 fake.requests.append((self.path, body, dict(self.headers)))
                 time.sleep(fake.delay_s)
-                status, answer = fake.script.pop(0) if fake.script else (500, "script exhausted")
+                status, answer, *headers = fake.script.pop(0) if fake.script else (500, "script exhausted")
                 payload = answer.encode() if isinstance(answer, str) else json.dumps(answer).encode()
                 self.send_response(status)
+                for name, value in (headers[0] if headers else {}).items():
+                    self.send_header(name, value)
                 self.send_header("Content-Length", str(len(payload)))
                 self.end_headers()
                 self.wfile.write(payload)
@@ -231,6 +234,41 @@ def test_auto_response_format_falls_back_once_and_remembers(fake_server, monkeyp
     assert formats == ["json_schema", "json_object", "json_object"]
     assert server.requests[1][1]["response_format"]["schema"] == PaperFacts.model_json_schema()
     assert server.requests[0][2]["Authorization"] == "Bearer sk-fake"
+
+
+def test_an_error_every_format_gets_leaves_the_response_format_for_later_requests(fake_server):
+    too_long = (400, "This model's maximum context length is 2048 tokens")
+    server = fake_server([too_long] * 3 + [(200, chat(GOOD))])
+    with make_client(http_settings(server.base_url)) as client:
+        with pytest.raises(LLMRequestError, match="maximum context length"):
+            client.complete(CHECK)
+        client.complete(CHECK.model_copy(update={"user": "a shorter passage"}))
+    formats = [body.get("response_format", {}).get("type", "none") for _, body, _ in server.requests]
+    assert formats == ["json_schema", "json_object", "none", "json_schema"]
+
+
+def test_credentials_in_the_base_url_stay_out_of_errors_and_traces(fake_server):
+    server = fake_server([(401, "bad key")])
+    url = server.base_url.replace("http://", "http://user:sk-secret@")
+    trace = Trace()
+    with make_client(http_settings(url, response_format="none")) as client:
+        with pytest.raises(LLMRequestError, match="HTTP 401") as error:
+            client.complete(CHECK, trace=trace)
+    assert "sk-secret" not in str(error.value) and "sk-secret" not in str(trace.calls[0].error)
+    assert server.requests[0][2]["Authorization"].startswith("Basic ")  # the credentials still authenticate
+
+
+def test_a_redirect_is_reported_at_once_with_its_target(fake_server):
+    server = fake_server([(308, "", {"Location": "https://llm.example.org/v1/chat/completions"})] * 3)
+    with make_client(http_settings(server.base_url)) as client:
+        with pytest.raises(LLMRequestError, match="redirect.*https://llm.example.org/v1/chat/completions"):
+            client.complete(CHECK)
+    assert len(server.requests) == 1
+
+
+def test_a_base_url_without_scheme_is_refused_before_any_request():
+    with pytest.raises(LLMError, match="llm.base_url '127.0.0.1:8080/v1/' must start with http://"):
+        make_client(http_settings("127.0.0.1:8080/v1"))
 
 
 def test_without_response_format_the_schema_is_spelled_out_in_the_system_message(fake_server):

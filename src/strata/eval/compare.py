@@ -1,7 +1,8 @@
 """Paired randomization test between two result files of any task (retrieval, ToC, QA).
 
 A result file (strata.eval.results) of one experiment with per-query rows, as every `strata eval` command and
-benchmarks/stair.py's per-query files have. Queries are paired by id; only queries present in both files are compared.
+benchmarks/stair.py's per-query files have. Queries are paired by id; only queries present in both files are compared,
+and how many each file alone has is reported.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ class ComparisonResult(BaseModel):
     system_file: str
     metric: str
     queries: int = Field(description="Queries judged in both files")
+    baseline_only: int = Field(description="Queries only the baseline file has, left out of the test")
+    system_only: int = Field(description="Queries only the system file has, left out of the test")
     baseline_mean: float
     system_mean: float
     mean_delta: float = Field(description="system - baseline")
@@ -72,6 +75,8 @@ def compare(
         system_file=str(system_file),
         metric=metric,
         queries=len(query_ids),
+        baseline_only=len(set(baseline) - set(system)),
+        system_only=len(set(system) - set(baseline)),
         baseline_mean=float(a.mean()),
         system_mean=float(b.mean()),
         mean_delta=float(deltas.mean()),
@@ -86,10 +91,16 @@ def compare(
 
 
 def format_comparison(result: ComparisonResult) -> str:
-    return (
+    line = (
         f"{result.metric} over {result.queries} paired queries: baseline {result.baseline_mean:.4f} "
         f"({result.baseline_file}) vs system {result.system_mean:.4f} ({result.system_file}); "
         f"delta {result.mean_delta:+.4f}, p = {result.p_value:.4f} (paired randomization, "
         f"{result.permutations} permutations, seed {result.seed}); win/tie/loss "
         f"{result.wins}/{result.ties}/{result.losses}"
     )
+    if result.baseline_only or result.system_only:
+        # A query one file lacks (failed, skipped) is in neither mean, which can flatter the run that lacks it.
+        line += (
+            f"; left out: {result.baseline_only} queries only in the baseline, {result.system_only} only in the system"
+        )
+    return line

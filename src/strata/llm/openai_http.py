@@ -25,19 +25,26 @@ class OpenAIBackend:
         self.model = settings.model
         self.load_seconds: float | None = None
         self._settings = settings
-        self._base_url = settings.base_url.rstrip("/") + "/"
+        base_url = httpx.URL(settings.base_url.rstrip("/") + "/")
+        # The address as errors and traces show it: credentials written into it (user:key@host) stay out of them.
+        self._shown_url = str(base_url.copy_with(username=None, password=None))
+        if base_url.scheme not in ("http", "https"):  # else every request fails, and would be retried as an outage
+            raise LLMError(f"llm.base_url {self._shown_url!r} must start with http:// or https://")
         key = settings.api_key.get_secret_value() if settings.api_key else os.environ.get(settings.api_key_env)
         self._client = httpx.Client(
-            base_url=self._base_url,
+            base_url=base_url,
             headers={"Authorization": f"Bearer {key}"} if key else {},
             timeout=httpx.Timeout(settings.timeout_s),
         )
-        # Formats still worth trying; 'auto' drops one each time the server rejects it.
+        # Formats still worth trying; 'auto' drops those the server rejected before it accepted a later one.
         self._formats = list(_RESPONSE_FORMATS.get(settings.response_format, [settings.response_format]))
 
     def generate(self, system: str, user: str, schema: dict[str, Any] | None, options: GenerationOptions) -> Generation:
+        """The answer; a response_format the server rejects gives way to the next one, and that is remembered only
+        once a later one is accepted: an error every format gets (a prompt over the context) keeps them all."""
+        modes = list(self._formats) if schema is not None else ["none"]
         while True:
-            mode = self._formats[0] if schema is not None else "none"
+            mode = modes[0]
             # Without a response_format the schema can only be asked for in words.
             system_text = system if schema is None or mode != "none" else with_schema_instruction(system, schema)
             body: dict[str, Any] = {
@@ -54,12 +61,14 @@ class OpenAIBackend:
             try:
                 data, retries = self._post("chat/completions", body, unsupported_marker="response_format")
             except LLMRequestError as error:
-                if mode != "none" and len(self._formats) > 1 and error.status_code in (400, 422, 500):
-                    self._formats.pop(0)  # this server does not take that response_format; remember and fall back
+                if len(modes) > 1 and error.status_code in (400, 422, 500):
+                    modes.pop(0)  # perhaps this server does not take that response_format: try the next one
                     continue
                 raise
+            if schema is not None:
+                self._formats = modes  # those rejected before this accepted one are not asked again
             return Generation(
-                text=_message_text(data, self._base_url),
+                text=_message_text(data, self._shown_url),
                 tokens_in=_usage(data, "prompt_tokens"),
                 tokens_out=_usage(data, "completion_tokens"),
                 transport_retries=retries,
@@ -112,7 +121,7 @@ class OpenAIBackend:
 
     def _no_scoring(self, detail: str) -> str:
         return (
-            f"{self._base_url} cannot score continuations ({detail}); scoring needs /v1/completions with echo and "
+            f"{self._shown_url} cannot score continuations ({detail}); scoring needs /v1/completions with echo and "
             "logprobs (vLLM, or llama-cpp-python's server with logits_all)"
         )
 
@@ -135,26 +144,31 @@ class OpenAIBackend:
                 continue
             if _rejects_feature(response, unsupported_marker):
                 raise LLMRequestError(
-                    f"{self._base_url}{path} does not support {unsupported_marker} here: HTTP "
+                    f"{self._shown_url}{path} does not support {unsupported_marker} here: HTTP "
                     f"{response.status_code}: {response.text[:300]}",
                     response.status_code,
                 )
             if response.status_code == 429 or response.status_code >= 500:
                 last_problem = f"HTTP {response.status_code}: {response.text[:200]}"
                 continue
-            if response.status_code >= 400:
-                raise LLMRequestError(
-                    f"{self._base_url}{path} rejected the request: HTTP {response.status_code}: {response.text[:500]}",
-                    response.status_code,
-                )
+            if response.status_code >= 300:
+                raise LLMRequestError(self._refusal(path, response), response.status_code)
             try:
                 return response.json(), attempt
             except ValueError:
                 last_problem = f"answer is not JSON: {response.text[:200]!r}"
         raise LLMUnavailableError(
-            f"{self._base_url}{path} failed {settings.max_retries + 1} times in {time.monotonic() - started:.1f}s; "
+            f"{self._shown_url}{path} failed {settings.max_retries + 1} times in {time.monotonic() - started:.1f}s; "
             f"last problem: {last_problem}"
         )
+
+    def _refusal(self, path: str, response: httpx.Response) -> str:
+        """Why the server would not answer; a redirect (a POST is not followed) names where llm.base_url should be."""
+        where, status = f"{self._shown_url}{path}", response.status_code
+        if status < 400:
+            target = response.headers.get("location")
+            return f"{where} redirects (HTTP {status}) to {target}; llm.base_url should name where it redirects"
+        return f"{where} rejected the request: HTTP {status}: {response.text[:500]}"
 
     def _send(self, path: str, body: dict[str, Any]) -> httpx.Response:
         """One POST whose answer must arrive whole within `timeout_s` and `_MAX_ANSWER_BYTES`.
@@ -172,8 +186,10 @@ class OpenAIBackend:
                     raise _CutOff(f"the answer did not finish within {timeout_s:.0f}s (llm.timeout_s)")
                 if len(content) > _MAX_ANSWER_BYTES:
                     raise _CutOff(f"the answer grew past {_MAX_ANSWER_BYTES} bytes")
-            # Only the content type carries over: the content is already decoded (no content-encoding applies).
+            # Only the content type (and a redirect's target) carry over: the content is already decoded.
             headers = {"content-type": streamed.headers.get("content-type", "application/json")}
+            if "location" in streamed.headers:
+                headers["location"] = streamed.headers["location"]
             return httpx.Response(
                 streamed.status_code, headers=headers, content=bytes(content), request=streamed.request
             )
