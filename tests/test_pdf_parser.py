@@ -142,7 +142,8 @@ def test_references_are_split_with_dois_years_and_titles(litqa2: dict[str, Paper
         chunks = [chunk for chunk in paper.chunks if chunk.content_type is ContentType.REFERENCE]
         assert len(chunks) >= len(paper.references), stem
         printed = [reference for reference in paper.references if find_dois(reference.raw)]
-        matched = [reference for reference in printed if reference.doi == find_dois(reference.raw)[0]]
+        # the printed DOI, or the link DOI that completes one cut at a line end ('10.1038/nchem' + 'bio.780')
+        matched = [reference for reference in printed if (reference.doi or "").startswith(find_dois(reference.raw)[0])]
         assert len(matched) >= 0.95 * len(printed), stem
         with_many_dois += sum(1 for reference in paper.references if reference.doi) >= 20
         numbers = [int(found.group(1)) for r in paper.references if (found := re.match(r"\[?(\d+)[.\]]\s", r.raw))]

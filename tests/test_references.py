@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from strata.documents.identifiers import find_dois, normalize_arxiv_id, normalize_doi
 from strata.documents.references import (
     ReferenceLine,
     entry_number,
@@ -174,10 +175,45 @@ def test_identifiers_are_normalised_and_printed_dois_win_over_linked_ones():
     assert linked.doi == "10.1234/abc"
 
 
+def test_a_printed_doi_cut_at_a_line_end_is_completed_by_the_link_over_it():
+    # printed over two lines as '.../10.1038/nchem' and 'bio.780.': nothing in the text says the DOI goes on
+    raw = "9. Smith J. G4 ligands. Nat Chem Biol. 2012;8(3):301-10. https://doi.org/10.1038/nchem bio.780. PMID:2230"
+    reference = parse_reference(raw, link_dois=["https://doi.org/10.1038/nchembio.780"])
+    assert reference.doi == "10.1038/nchembio.780"
+    assert parse_reference(raw).doi == "10.1038/nchem"  # without a link there is nothing to tell
+
+
 def test_year_prefers_parentheses_and_ignores_numbers_inside_dois():
     assert guess_year("Smith J. Title from 1990 to 2010. Nature 5, 1 (2015).") == 2015
     assert guess_year("Smith J. Title. doi:10.1038/s2019-1999-x. Cell. 2021;3:4.") == 2021
     assert guess_year("No year here at all.") is None
+
+
+def test_year_is_not_read_from_an_arxiv_id():
+    # 'arXiv:1810.04805' was submitted in October 2018; it says nothing of the year 1810
+    assert guess_year("Devlin J, et al. BERT. arXiv preprint arXiv:1810.04805, 2018.") == 2018
+    assert guess_year("Lee K. Kernels. arXiv:2012.00152v2 [cs.LG], 2020.") == 2020
+    assert guess_year("K. Costello and M. Yamazaki, Gauge theory III, [arXiv:1908.02289].") is None
+    assert parse_reference("Ng A. A title on arXiv here. arXiv:1907.11692, 2019.").year == 2019
+
+
+def test_biorxiv_urls_give_the_doi_without_their_version_suffix():
+    reference = parse_reference(
+        "Lee K. A preprint study of cells. bioRxiv https://www.biorxiv.org/content/10.1101/2023.01.11.523679v3 (2023)."
+    )
+    assert reference.doi == "10.1101/2023.01.11.523679"
+    assert normalize_doi("https://doi.org/10.1101/2020.03.22.002386v2.full.pdf") == "10.1101/2020.03.22.002386"
+    assert find_dois("biorxiv.org/content/10.1101/123456v1, 2017") == ["10.1101/123456"]
+    assert normalize_doi("10.1101/gad.1234567.110") == "10.1101/gad.1234567.110"  # a journal DOI of the same prefix
+
+
+def test_arxiv_ids_from_metadata_lose_prefix_url_version_and_category():
+    assert normalize_arxiv_id("arXiv:1810.04805v2[cs.CL]") == "1810.04805"  # GROBID's TEI header idno
+    assert normalize_arxiv_id("https://arxiv.org/abs/2101.00001V3") == "2101.00001"
+    assert normalize_arxiv_id("math/0510508v1") == "math/0510508"
+    assert normalize_arxiv_id("arXiv:hep-th/9901001") == "hep-th/9901001"
+    assert normalize_arxiv_id("2212.11867") == "2212.11867"
+    assert normalize_arxiv_id("not an arXiv id") is None
 
 
 def test_join_lines_rejoins_hyphenated_words_urls_and_keeps_compounds():

@@ -172,6 +172,31 @@ def test_tei_reference_dois_match_the_idno_elements(s2orc_dir: Path):
     assert ("Acknowledgements",) in paths_of(paper)
 
 
+def _write_tei(path: Path, header: str, body: str) -> Path:
+    path.write_text(
+        "<TEI xmlns='http://www.tei-c.org/ns/1.0'><teiHeader><fileDesc><titleStmt><title>T</title></titleStmt>"
+        f"<sourceDesc><biblStruct>{header}</biblStruct></sourceDesc></fileDesc></teiHeader>"
+        f"<text><body>{body}</body></text></TEI>"
+    )
+    return path
+
+
+def test_tei_heading_opening_with_a_genus_initial_is_not_numbered(tmp_path: Path):
+    body = (
+        "<div><head n='2'>Methods</head><p>We grew cells.</p></div>"
+        "<div><head>E. coli strains and growth conditions</head><p>Strains are listed in Table 1.</p></div>"
+    )
+    paper = only_paper(tei.PARSER, _write_tei(tmp_path / "genus.tei.xml", "", body))
+    assert ("Methods", "E. coli strains and growth conditions") in paths_of(paper)
+    assert [section.number for section in paper.walk_sections()] == ["2", None]
+
+
+def test_tei_header_arxiv_id_is_the_bare_id(tmp_path: Path):
+    header = "<idno type='arXiv'>arXiv:1810.04805v2[cs.CL]</idno>"  # as GROBID writes it from the arXiv stamp
+    paper = only_paper(tei.PARSER, _write_tei(tmp_path / "bert.tei.xml", header, "<div><p>Text.</p></div>"))
+    assert paper.arxiv_id == "1810.04805"
+
+
 # --- JATS ------------------------------------------------------------------------------------------------------
 
 
@@ -305,6 +330,16 @@ def test_beir_rejects_ids_that_would_change(tmp_path: Path):
     assert next(papers).id == "ok-1"
     with pytest.raises(ParseError, match=r"corpus\.jsonl: line 2: _id 'doc 2/3'"):
         next(papers)
+
+
+def test_nul_characters_are_replaced_one_for_one_so_every_store_accepts_the_paper(tmp_path: Path):
+    # PostgreSQL text cannot hold NUL; PDFs yield it for unmapped glyphs, JSON for a \u0000 escape
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text(json.dumps({"_id": "d1", "title": "A\u0000B", "text": "edge p1 \u0000 p2. More text."}) + "\n")
+    (paper,) = iter_papers(corpus)
+    assert "\\u0000" not in paper.model_dump_json()  # title, text, abstract and chunks alike
+    assert (paper.title, paper.text) == ("A\ufffdB", "edge p1 \ufffd p2. More text.")
+    assert all(paper.text[chunk.char_start : chunk.char_end] == chunk.text for chunk in paper.chunks)
 
 
 # --- OpenStax book folder --------------------------------------------------------------------------------------

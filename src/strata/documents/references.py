@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 
-from strata.documents.identifiers import find_arxiv_id, find_dois, normalize_doi
+from strata.documents.identifiers import ARXIV_ID, find_arxiv_id, find_dois, normalize_doi
 from strata.documents.model import Reference
 
 
@@ -90,15 +90,16 @@ def split_entries(lines: Sequence[ReferenceLine | str]) -> list[PrintedReference
 
 def parse_reference(raw: str, link_dois: Sequence[str] = ()) -> Reference:
     """DOI, arXiv id, year and a best-effort title of one reference string; `link_dois` are DOIs of the links laid
-    over the printed entry, used when it prints none."""
+    over the printed entry, used when it prints none or only the start of one."""
     raw = " ".join(raw.split())
     body = _MARKER.sub("", raw, count=1)
-    dois = find_dois(body) or [doi for doi in map(normalize_doi, link_dois) if doi]
+    printed = find_dois(body)
+    linked = [doi for doi in map(normalize_doi, link_dois) if doi]
     return Reference(
         raw=raw,
         title=guess_title(body),
         year=guess_year(body),
-        doi=dois[0] if dois else None,
+        doi=_completed_doi(printed[0], linked) if printed else next(iter(linked), None),
         arxiv_id=find_arxiv_id(body),
     )
 
@@ -151,8 +152,9 @@ def join_lines(texts: Sequence[str]) -> str:
 
 
 def guess_year(entry: str) -> int | None:
-    """The publication year: a parenthesised one first ('(2019)'), else the first bare year outside URLs and DOIs."""
-    text = _URL_OR_DOI.sub(" ", entry)
+    """The publication year: a parenthesised one first ('(2019)'), else the first bare year outside URLs, DOIs and
+    arXiv ids ('arXiv:1810.04805' was submitted in October 2018, not in 1810)."""
+    text = ARXIV_ID.sub(" ", _URL_OR_DOI.sub(" ", entry))
     found = _PAREN_YEAR.search(text) or _BARE_YEAR.search(text)
     return int(found.group(1)) if found else None
 
@@ -171,6 +173,12 @@ def guess_title(entry: str) -> str | None:
     if len(title.split()) < 2 or len(title) > 400 or _VENUE_NUMBERS.search(title):
         return None
     return title
+
+
+def _completed_doi(printed: str, linked: list[str]) -> str:
+    """The link DOI that `printed` is the start of: a DOI cut at a line end without a hyphen ('10.1038/nchem' +
+    'bio.780') cannot be told from a whole one by its text."""
+    return next((doi for doi in linked if doi.startswith(printed)), printed)
 
 
 def _attach_bare_markers(lines: list[ReferenceLine]) -> list[ReferenceLine]:

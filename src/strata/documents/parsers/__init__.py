@@ -61,25 +61,27 @@ def iter_papers(path: Path | str, settings: ParsingSettings | None = None) -> It
 
 
 def _storable(paper: Paper) -> Paper:
-    """`paper` with lone UTF-16 surrogates replaced by '?', one character for one so every span keeps its offsets.
+    """`paper` with lone UTF-16 surrogates replaced by '?' and NUL characters by U+FFFD, one character for one so
+    every span keeps its offsets.
 
-    JSON escapes such as '\\ud800' decode to them, and neither SQLite nor any JSON writer accepts them; left in, one
-    bad record would abort the whole ingest at the store.
+    JSON escapes such as '\\ud800' decode to surrogates, which neither SQLite nor any JSON writer accepts; NUL comes
+    from '\\u0000' escapes and from PDF glyphs without a Unicode mapping, and PostgreSQL text cannot hold it. Left in,
+    one bad record would abort the whole ingest at the store.
     """
     try:
-        paper.model_dump_json()
-        return paper
+        storable = "\\u0000" not in paper.model_dump_json()  # JSON's NUL (a printed '\\u0000' costs a no-op pass)
     except PydanticSerializationError:
-        return Paper.model_validate(_replace_surrogates(paper.model_dump()))
+        storable = False
+    return paper if storable else Paper.model_validate(_replace_unstorable(paper.model_dump()))
 
 
-def _replace_surrogates(value: object) -> object:
+def _replace_unstorable(value: object) -> object:
     if isinstance(value, str):
-        return value.encode("utf-8", "replace").decode("utf-8")
+        return value.encode("utf-8", "replace").decode("utf-8").replace("\x00", "\ufffd")
     if isinstance(value, (list, tuple)):
-        return type(value)(_replace_surrogates(item) for item in value)
+        return type(value)(_replace_unstorable(item) for item in value)
     if isinstance(value, dict):
-        return {key: _replace_surrogates(item) for key, item in value.items()}
+        return {key: _replace_unstorable(item) for key, item in value.items()}
     return value
 
 

@@ -81,7 +81,7 @@ def number_depth(number: str | None) -> int | None:
 def split_title_number(title: str) -> tuple[str | None, int | None, str]:
     """(number, depth, title without number) for a heading that starts with its number, else (None, None, title)."""
     found = _TITLE_NUMBER.match(title.strip())
-    if not found:
+    if not found or _is_initial(found):
         return None, None, title
     if found.group("dotted"):
         number = found.group("dotted")
@@ -91,6 +91,11 @@ def split_title_number(title: str) -> tuple[str | None, int | None, str]:
     if found.group("letter"):
         return found.group("letter"), 2, found.group("rest")
     return found.group("paren"), 3, found.group("rest")
+
+
+def _is_initial(found: re.Match[str]) -> bool:
+    """A letter or roman 'number' before a word that is not capitalised is a genus initial: 'E. coli strains'."""
+    return bool(found.group("roman") or found.group("letter")) and not found.group("rest")[0].isupper()
 
 
 def split_merged_heading(title: str, number: str | None) -> list[tuple[str, str | None]]:

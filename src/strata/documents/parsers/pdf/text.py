@@ -59,11 +59,9 @@ def match_key(text: str) -> str:
 
 
 def split_number(text: str) -> tuple[str | None, int | None, str]:
-    """(number, depth, rest) of a numbered heading; a letter or roman 'number' must precede a capitalised word, so
-    'A. baumannii grows...' keeps its genus initial."""
+    """(number, depth, rest) of a numbered heading, also undotted ('1 Introduction'); 'A. baumannii grows...' keeps
+    its genus initial."""
     number, depth, rest = split_title_number(text)
-    if number and not number[0].isdigit() and not rest[:1].isupper():
-        return None, None, text
     undotted = _UNDOTTED_NUMBER.match(text) if number is None else None
     if undotted:  # '1 Introduction', '2.1 Data' (ACL style)
         return undotted.group(1), undotted.group(1).count(".") + 1, undotted.group(2)
