@@ -7,8 +7,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from strata.cli import build_parser, settings_fields, settings_from_args
-from strata.config import Settings
+from strata.cli import build_parser, settings_from_args
+from strata.config import Settings, settings_fields
 
 FLAGS = [f"--{dotted}" for dotted, _ in settings_fields(Settings)]
 FLAGS_PER_SECTION = Counter(flag.removeprefix("--").split(".")[0] for flag in FLAGS)

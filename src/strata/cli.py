@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from pydantic import BaseModel
 
-from strata.config import LLM_RERANKERS, Settings, available_presets
+from strata.config import LLM_RERANKERS, Settings, available_presets, settings_fields
 from strata.store.locking import StoreBusyError
 
 if TYPE_CHECKING:
@@ -30,16 +30,6 @@ if TYPE_CHECKING:
     from strata.read.model import AnswerFormat
 
 Handler = Callable[[argparse.Namespace, Settings], int]
-
-
-def settings_fields(model: type[BaseModel], prefix: str = "") -> Iterator[tuple[str, Any]]:
-    """(dotted name, field info) for every leaf field of the settings tree."""
-    for name, field in model.model_fields.items():
-        annotation = field.annotation
-        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-            yield from settings_fields(annotation, f"{prefix}{name}.")
-        else:
-            yield f"{prefix}{name}", field
 
 
 SETTING = "setting:"  # argparse dest prefix of the flags derived from the settings tree
@@ -117,6 +107,14 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
     return Settings.load(preset=args.preset, overrides=overrides)
 
 
+def _count(text: str) -> int:
+    """argparse type of a count flag (--k, --limit): the settings' counts are validated, these are not, and 0 or
+    -3 meant the default or all but the last 3."""
+    if not text.strip().isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number of at least 1, not {text!r}")
+    return int(text)
+
+
 def _stderr(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
@@ -180,15 +178,14 @@ def cmd_ingest(args: argparse.Namespace, settings: Settings) -> int:
 
         address = None if args.ray == "local" else args.ray
         report = ingest_with_ray(files, settings, address=address, features=args.features)
-        print(report.summary())
-        return _ingest_status(report, args.strict)
-    with tqdm(total=len(files), unit="file", disable=args.quiet, file=sys.stderr) as bar:
+    else:
+        with tqdm(total=len(files), unit="file", disable=args.quiet, file=sys.stderr) as bar:
 
-        def advance(path: Path, outcome: Any) -> None:
-            bar.set_postfix_str(f"{outcome.status}: {path.name}"[:60])
-            bar.update(1)
+            def advance(path: Path, outcome: Any) -> None:
+                bar.set_postfix_str(f"{outcome.status}: {path.name}"[:60])
+                bar.update(1)
 
-        report = ingest(files, settings, progress=advance, features=args.features)
+            report = ingest(files, settings, progress=advance, features=args.features)
     if args.json:
         _print_json(report)
     else:
@@ -402,7 +399,9 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     from strata.serve.app import serve
 
     chosen = {name: getattr(args, name) for name in ("host", "port") if getattr(args, name) is not None}
-    serve(settings.model_copy(update={"serve": settings.serve.model_copy(update=chosen)}))
+    # Validated like --serve.port: a copy with the values put in unchecked bound port 99999 as 99999 - 65536.
+    checked = type(settings.serve).model_validate(settings.serve.model_dump() | chosen)
+    serve(settings.model_copy(update={"serve": checked}))
     return 0
 
 
@@ -497,11 +496,13 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
 
     def command(
-        name: str, handler: Handler, help_text: str, group: Any = commands, *, reads: tuple[str, ...]
+        name: str, handler: Handler, help_text: str, group: Any = commands, *, reads: tuple[str, ...],
+        corpus: bool = False,
     ) -> argparse.ArgumentParser:
-        """Register a command; `reads` names the settings sections its code reads (its `--help` lists those)."""
+        """Register a command; `reads` names the settings sections its code reads (its `--help` lists those);
+        `corpus`: it only reads an existing corpus, so a store home that does not exist is an error."""
         sub = group.add_parser(name, help=help_text, formatter_class=_CompactHelp)
-        sub.set_defaults(handler=handler)
+        sub.set_defaults(handler=handler, reads_corpus=corpus)
         sub.add_argument("--json", action="store_true", help="machine-readable output")
         _add_settings(sub, reads)
         return sub
@@ -529,31 +530,32 @@ def build_parser() -> argparse.ArgumentParser:
     # llm: the listwise rerank methods.
     search_reads = ("store", "index", "search", "llm", "rerank")
     search_help = "hybrid search: papers with their best passages and locators"
-    search_cmd = command("search", cmd_search, search_help, reads=search_reads)
+    search_cmd = command("search", cmd_search, search_help, reads=search_reads, corpus=True)
     search_cmd.add_argument("query")
-    search_cmd.add_argument("--k", type=int, help="papers to return (default: search.k)")
+    search_cmd.add_argument("--k", type=_count, help="papers to return (default: search.k)")
     search_cmd.add_argument("--method", choices=["bm25", "dense", "hybrid"], default="hybrid")
     search_cmd.add_argument("--prf", action=argparse.BooleanOptionalAction, default=None,
                             help="pseudo-relevance feedback (default: search.prf)")
 
-    show_cmd = command("show", cmd_show, "print the exact text a locator names", reads=("store",))
+    show_cmd = command("show", cmd_show, "print the exact text a locator names", reads=("store",), corpus=True)
     show_cmd.add_argument("locator", help="PAPER_ID#START-END as printed by search")
 
-    command("stats", cmd_stats, "corpus counts", reads=("store",))
+    command("stats", cmd_stats, "corpus counts", reads=("store",), corpus=True)
 
     # index: the embedder that induces a ToC for a document without an outline.
     toc_reads = ("store", "index", "llm", "toc")
-    toc_cmd = command("toc", cmd_toc, "the leaf section of a document's ToC that answers a question", reads=toc_reads)
+    toc_help = "the leaf section of a document's ToC that answers a question"
+    toc_cmd = command("toc", cmd_toc, toc_help, reads=toc_reads, corpus=True)
     toc_cmd.add_argument("document", help="id of an ingested paper or book")
     toc_cmd.add_argument("question")
-    toc_cmd.add_argument("--k", type=int, help="leaves to return (default: toc settings)")
+    toc_cmd.add_argument("--k", type=_count, help="leaves to return (default: toc settings)")
 
     train_toc_help = "fine-tune the STAIR adapter `strata toc` answers with"
-    train_toc_cmd = command("train-toc", cmd_train_toc, train_toc_help, reads=toc_reads)
+    train_toc_cmd = command("train-toc", cmd_train_toc, train_toc_help, reads=toc_reads, corpus=True)
     train_toc_cmd.add_argument("document", help="id or title of an ingested paper or book")
 
     ask_help = "answer a question from the corpus with numbered, validated citations"
-    ask_cmd = command("ask", cmd_ask, ask_help, reads=answering)
+    ask_cmd = command("ask", cmd_ask, ask_help, reads=answering, corpus=True)
     ask_cmd.add_argument("question")
     ask_cmd.add_argument("--options", nargs="+", help="answer options of a multiple-choice question")
     formats = ["text", "mc", "table"]
@@ -565,7 +567,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve_cmd.add_argument("--host", help="address to bind (default: serve.host, 127.0.0.1)")
     serve_cmd.add_argument("--port", type=int, help="port to bind (default: serve.port)")
 
-    command("mcp", cmd_mcp, "MCP server over stdio: tools search, ask, toc, read_section", reads=(*answering, "serve"))
+    mcp_help = "MCP server over stdio: tools search, ask, toc, read_section"
+    command("mcp", cmd_mcp, mcp_help, reads=(*answering, "serve"), corpus=True)
 
     eval_cmd = commands.add_parser("eval", help="evaluation").add_subparsers(dest="eval_command", required=True)
     retrieval_reads = ("parsing", "store", "index", "search")
@@ -590,7 +593,7 @@ def build_parser() -> argparse.ArgumentParser:
     qa = command("qa", cmd_eval_task, qa_help, eval_cmd, reads=("parsing", *answering))  # ingests, then asks
     qa.add_argument("--dataset", required=True, help="LitQA2 folder (questions.jsonl, pdfs/) or SciFact original")
     qa.add_argument("--split", help="SciFact claims split (default dev)")
-    qa.add_argument("--limit", type=int, help="evaluate only the first N questions")
+    qa.add_argument("--limit", type=_count, help="evaluate only the first N questions")
     qa.add_argument("--store", help="existing store home that already holds the corpus (read only; default: ingest)")
     qa.add_argument("--output", default="runs", help="folder for the predictions JSONL and JSON result")
     qa.set_defaults(evaluate=eval_qa, formatter=("strata.eval.qa", "format_qa_result"))
@@ -610,19 +613,21 @@ def build_parser() -> argparse.ArgumentParser:
     comparison.add_argument("--seed", type=int, help="random seed, recorded in the result")
 
     features_help = "extract CoRank's compact features (cached by content hash)"
-    features_cmd = command("features", cmd_features, features_help, reads=("store", "index", "llm", "rerank"))
+    features_reads = ("store", "index", "llm", "rerank")
+    features_cmd = command("features", cmd_features, features_help, reads=features_reads, corpus=True)
     features_cmd.add_argument("papers", nargs="*", help="paper ids (default: the whole corpus)")
-    features_cmd.add_argument("--limit", type=int, help="only the first N papers by id")
+    features_cmd.add_argument("--limit", type=_count, help="only the first N papers by id")
     train_reranker_help = "train the cross-encoder on synthetic queries over the corpus"
     train_reranker_reads = ("store", "index", "search", "llm", "rerank")  # the LLM writes the synthetic queries
-    command("train-reranker", cmd_train_reranker, train_reranker_help, reads=train_reranker_reads)
+    command("train-reranker", cmd_train_reranker, train_reranker_help, reads=train_reranker_reads, corpus=True)
     tune_help = ("choose an LLM reranker's fusion weight with the first stage on LLM-written queries of sampled "
                  "papers (0 when it does not help: search then keeps the first-stage order)")
     tune_reads = ("store", "index", "search", "llm", "rerank")
-    tune_cmd = command("tune-reranker", cmd_tune_reranker, tune_help, reads=tune_reads)
+    tune_cmd = command("tune-reranker", cmd_tune_reranker, tune_help, reads=tune_reads, corpus=True)
     tune_cmd.add_argument("--method", required=True, choices=LLM_RERANKERS, help="the LLM reranker to measure")
     query_encoder_help = "adapt the dense query encoder to the corpus (its documents' vectors stay as indexed)"
-    command("train-query-encoder", cmd_train_query_encoder, query_encoder_help, reads=("store", "index", "relate", "rerank"))
+    query_encoder_reads = ("store", "index", "relate", "rerank")
+    command("train-query-encoder", cmd_train_query_encoder, query_encoder_help, reads=query_encoder_reads, corpus=True)
 
     llm_cmd = commands.add_parser("llm", help="LLM layer").add_subparsers(dest="llm_command", required=True)
     check_help = "load the configured model and check it returns valid JSON"
@@ -637,12 +642,19 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         settings = settings_from_args(args)
+        if args.reads_corpus:
+            from strata.corpus import require_corpus
+
+            require_corpus(settings.store)
         with command_line(["strata", *argv]):  # what result files record as the command that wrote them
             return args.handler(args, settings)
     except (ValueError, KeyError, FileNotFoundError, StoreBusyError) as error:
         message = error.args[0] if isinstance(error, KeyError) and error.args else error
         print(f"strata: error: {message}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C: what was finished is kept; a traceback would only bury that
+        print("strata: interrupted", file=sys.stderr)
+        return 130  # 128 + SIGINT, as shells report it
 
 
 if __name__ == "__main__":

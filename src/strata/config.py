@@ -8,15 +8,22 @@ this tree.
 
 from __future__ import annotations
 
+import difflib
 import os
+from collections.abc import Iterator
+from functools import cache
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 PRESET_DIR = Path(__file__).parent / "presets"
+
+# A path setting with '~' expanded: a quoted '~/corpus' (a preset, a variable, `--store.home=~/corpus`) otherwise made
+# a folder named '~' in the working directory.
+UserPath = Annotated[Path, AfterValidator(Path.expanduser)]
 
 
 class _Section(BaseModel):
@@ -39,7 +46,7 @@ class ParsingSettings(_Section):
 
 
 class StoreSettings(_Section):
-    home: Path = Field(
+    home: UserPath = Field(
         default=Path(".strata"),
         description="Folder holding the corpus database and indices; relative paths are under the working directory",
     )
@@ -113,7 +120,7 @@ class EmbeddingSettings(_Section):
         description="Static backend: distil only the first N tokens of the model's vocabulary (its most frequent "
         "word pieces; a smaller, faster build); 0 distils all of it",
     )
-    static_dir: Path = Field(
+    static_dir: UserPath = Field(
         default=Path("~/.cache/strata/models/static"),
         description="Static backend: where distilled models are cached, one folder per model and parameters",
     )
@@ -200,16 +207,16 @@ class LLMSettings(_Section):
         "the packaged 1.5B when `model` is the packaged 0.5B (it answers LitQA2 dev better; `make install` installs "
         "it), else `model`. Unset (null): `model` for every call",
     )
-    model_dir: Path = Field(
+    model_dir: UserPath = Field(
         default=Path("~/.cache/strata/models"),
         description="Where packaged models are assembled from their pip parts and verified; keep it outside the repo",
     )
     cache: bool = Field(default=True, description="Reuse earlier answers from the on-disk response cache")
-    cache_path: Path = Field(
+    cache_path: UserPath = Field(
         default=Path("~/.cache/strata/llm-cache.sqlite"),
         description="SQLite file of cached responses, keyed by backend, model, prompt text and sampling parameters",
     )
-    cache_journal: Path | None = Field(
+    cache_journal: UserPath | None = Field(
         default=None,
         description="JSONL file that gets every answer the cache gives or takes, and is read into the cache on start: "
         "commit it to finish a long benchmark on another machine with the answers already paid for",
@@ -305,7 +312,7 @@ class TocSettings(_Section):
     dev_fraction: float = Field(
         default=0.25, ge=0, lt=1, description="Share of each leaf's synthetic questions held out for early stopping"
     )
-    question_cache: Path = Field(
+    question_cache: UserPath = Field(
         default=Path("~/.cache/strata/toc-questions"),
         description="Folder of generated synthetic questions (JSONL per document and model), reused across runs",
     )
@@ -412,7 +419,7 @@ class RelateSettings(_Section):
         description="Paper vectors: the mean of the paper's chunk vectors from the faiss index (free), or its title "
         "and abstract embedded (also the fallback where no faiss vectors exist)",
     )
-    paper_vector_cache: Path | None = Field(
+    paper_vector_cache: UserPath | None = Field(
         default=None,
         description="Folder for cached paper vectors (title + abstract embeddings); default STORE_HOME/relate",
     )
@@ -493,7 +500,7 @@ class RerankSettings(_Section):
     features_input_words: int = Field(
         default=300, ge=20, description="Words of a document (title, abstract, text) the feature extractor reads"
     )
-    features_path: Path | None = Field(
+    features_path: UserPath | None = Field(
         default=None, description="SQLite cache of extracted features; unset = store.home/rerank/features.sqlite3"
     )
     random_seed: int = Field(default=0, description="Random-pool control: seed mixed with the query text")
@@ -502,7 +509,7 @@ class RerankSettings(_Section):
         description="A cross-encoder to load instead of the trained one: a local folder or a hub name already in "
         "the local Hugging Face cache (nothing is downloaded)",
     )
-    cross_encoder_dir: Path | None = Field(
+    cross_encoder_dir: UserPath | None = Field(
         default=None, description="Where train-reranker saves its model; unset = store.home/rerank/cross-encoder"
     )
     cross_encoder_depth: int = Field(default=100, ge=1, description="Cross-encoder: top candidates rescored")
@@ -566,7 +573,7 @@ class RerankSettings(_Section):
     train_learning_rate: float = Field(default=3e-5, gt=0, description="train-reranker: AdamW learning rate")
     train_max_length: int = Field(default=256, ge=32, description="Cross-encoder: most word pieces per pair")
     train_seed: int = Field(default=0, description="train-reranker: seed for sampling passages, negatives and batches")
-    query_encoder_dir: Path | None = Field(
+    query_encoder_dir: UserPath | None = Field(
         default=None,
         description="Where train-query-encoder saves the adapted query encoder; unset = store.home/index/query-encoder",
     )
@@ -694,7 +701,7 @@ class ServeSettings(_Section):
         description="Bearer token (16+ characters) every API request must carry (Authorization: Bearer ...); "
         "unset: no auth, which is only allowed on a loopback address",
     )
-    storage_root: Path | None = Field(
+    storage_root: UserPath | None = Field(
         default=None,
         description="Folder holding uploaded files; POST /ingest folders must lie inside it (unset: "
         "{store.home}/files)",
@@ -787,6 +794,7 @@ class Settings(BaseSettings):
         values: dict[str, Any] = load_preset(preset) if preset else {}
         environment = cls._environment_values()
         _deep_merge(values, environment)
+        _check_names(overrides or {}, "among the overrides")
         for dotted, value in (overrides or {}).items():
             _set_dotted(values, dotted, value)
         return cls(**values)
@@ -797,8 +805,55 @@ class Settings(BaseSettings):
         for name, value in os.environ.items():
             if name.startswith("STRATA_") and "__" in name:
                 dotted = name.removeprefix("STRATA_").lower().replace("__", ".")
+                _check_names({dotted: value}, f"from environment variable {name}")
                 _set_dotted(values, dotted, value)
+            elif name.startswith("STRATA_"):
+                _check_single_underscores(name)
         return values
+
+
+def settings_fields(model: type[BaseModel], prefix: str = "") -> Iterator[tuple[str, Any]]:
+    """(dotted name, field info) for every leaf field of the settings tree."""
+    for name, field in model.model_fields.items():
+        annotation = field.annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            yield from settings_fields(annotation, f"{prefix}{name}.")
+        else:
+            yield f"{prefix}{name}", field
+
+
+@cache
+def _setting_names() -> tuple[str, ...]:
+    return tuple(dotted for dotted, _ in settings_fields(Settings))
+
+
+def _check_names(values: dict[str, Any], source: str) -> None:
+    """Reject a key that names no setting, saying where it was written and the closest setting; pydantic's own
+    error names neither, and a section given a plain value would break the merge of the sources first."""
+    for dotted in _leaves(values):
+        if dotted not in _setting_names():
+            close = difflib.get_close_matches(dotted, _setting_names(), n=1)
+            hint = f"did you mean {close[0]!r}?" if close else "`strata COMMAND --help-all` lists every setting"
+            raise ValueError(f"unknown setting {dotted!r} {source}; {hint}")
+
+
+def _check_single_underscores(name: str) -> None:
+    """A variable like STRATA_STORE_HOME, meant as STRATA_STORE__HOME, would be silently ignored: reject it. Other
+    STRATA_* variables name no setting and are left alone."""
+    written = name.removeprefix("STRATA_").lower()
+    for dotted in _setting_names():
+        if dotted.replace(".", "_") == written:
+            meant = "STRATA_" + dotted.upper().replace(".", "__")
+            raise ValueError(f"environment variable {name} sets nothing: nested names take two underscores, {meant} "
+                             f"sets {dotted}")
+
+
+def _leaves(values: dict[str, Any], prefix: str = "") -> Iterator[str]:
+    for key, value in values.items():
+        if isinstance(value, dict):
+            yield from _leaves(value, f"{prefix}{key}.")
+        else:
+            yield f"{prefix}{key}"
 
 
 def available_presets() -> list[str]:
@@ -809,7 +864,15 @@ def load_preset(name: str) -> dict[str, Any]:
     path = Path(name) if name.endswith((".yaml", ".yml")) else PRESET_DIR / f"{name}.yaml"
     if not path.is_file():
         raise ValueError(f"unknown preset {name!r}; available: {', '.join(available_presets())}")
-    return yaml.safe_load(path.read_text()) or {}
+    try:
+        values = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as error:
+        raise ValueError(f"preset {path} is not valid YAML: {error}") from error
+    if not isinstance(values, dict):
+        raise ValueError(f"preset {path} must map sections to settings (e.g. 'search:' and below it '  k: 20'), "
+                         f"not hold a {type(values).__name__}")
+    _check_names(values, f"in preset {path}")
+    return values
 
 
 def _set_dotted(values: dict[str, Any], dotted: str, value: Any) -> None:

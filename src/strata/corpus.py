@@ -11,7 +11,7 @@ from collections.abc import Callable, Hashable, Iterator
 from contextlib import ExitStack, contextmanager
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
-from strata.config import LLM_RERANKERS, Settings
+from strata.config import LLM_RERANKERS, Settings, StoreSettings
 from strata.encoders.embedder import Embedder
 from strata.index import CorpusIndex
 from strata.index.protocol import VectorIndex
@@ -122,3 +122,14 @@ class Corpus:
 
     def close(self) -> None:
         self._stack.close()
+
+
+def require_corpus(store: StoreSettings) -> None:
+    """Raise FileNotFoundError unless `store.home` exists. Opening a store creates it, so a command that only reads
+    a corpus would otherwise make a new, empty one under a mistyped home and find nothing there, successfully."""
+    if store.backend == "postgres" and store.postgres_url:
+        return  # the corpus lives in the server the URL names
+    if not store.home.is_dir():
+        home = store.home.absolute()
+        raise FileNotFoundError(f"no corpus at {home} (no such folder); `strata ingest PATH --store.home {home}` "
+                                "makes one")

@@ -18,6 +18,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from strata.config import Settings
+from strata.corpus import require_corpus
 from strata.eval.datasets import Dataset, EvalQuery, load_dataset
 from strata.eval.results import DatasetRef, Experiment, QueryRow, new_result, write_result
 from strata.index.bm25 import english_analyzer
@@ -101,6 +102,8 @@ def run_qa_eval(
     from strata.eval.retrieval import _eval_settings  # one naming rule for evaluation stores
     from strata.pipeline.ask import open_pipeline
 
+    if store_home is not None:  # opening a store creates it: a mistyped one would be asked every question, empty
+        require_corpus(settings.store.model_copy(update={"home": store_home}))
     dataset = load_dataset(dataset_dir, split=split)
     if dataset.kind not in ("litqa2", "scifact"):
         raise ValueError(f"{dataset_dir}: QA evaluation needs LitQA2 or SciFact (original), not {dataset.kind}")
