@@ -26,6 +26,15 @@ def test_a_command_reading_a_corpus_refuses_a_home_that_does_not_exist(tmp_path,
     assert not typo.exists()
 
 
+def test_ask_refuses_options_with_the_text_format_instead_of_answering_them_as_multiple_choice(tmp_path, monkeypatch,
+                                                                                               capsys):
+    monkeypatch.setattr("strata.pipeline.ask.ask", never_called)
+    monkeypatch.setattr("strata.corpus.require_corpus", lambda store: None)
+    argv = ["ask", "Why?", "--options", "a", "b", "--format", "text", "--store.home", str(tmp_path)]
+    assert cli.main(argv) == 2
+    assert "--options make a multiple-choice question" in capsys.readouterr().err
+
+
 def test_eval_qa_refuses_a_store_that_does_not_exist(tmp_path, capsys):
     # Checked before the dataset is read (tmp_path holds none): no question is asked of an empty store.
     typo = tmp_path / "corpsu"

@@ -134,6 +134,22 @@ def test_a_multiple_choice_answer_is_scored_among_the_options_only(make_pipeline
         make_pipeline(RuleBackend()).ask(QUESTION, answer_format="mc", options=["5 g"])
 
 
+@pytest.mark.parametrize(
+    ("options", "answer_format", "why"),
+    [(["", "5 g"], "mc", "blank"), (["5 g", " ", "12 g"], "mc", "blank"), (["5 g", "12 g", "5  g"], "mc", "twice"),
+     (OPTIONS, "table", "format 'table' takes no options")],
+)
+def test_options_that_cannot_be_told_apart_or_answered_are_refused_before_anything_runs(
+    make_pipeline, options, answer_format, why
+):
+    # A repeated option split the grounding share with its copy (12 g outscored 5 g), a blank one was a free choice,
+    # and a table answer ignored its options.
+    backend = RuleBackend()
+    with pytest.raises(ValueError, match=why):
+        make_pipeline(backend).ask(QUESTION, options=options, answer_format=answer_format)
+    assert backend.scored == []
+
+
 def test_a_papers_passages_are_searched_with_the_question_and_its_options(make_pipeline):
     pipeline = make_pipeline(RuleBackend())
     searched: list[str] = []
@@ -186,6 +202,14 @@ def test_a_calculation_is_computed_from_the_cited_facts_and_a_foreign_number_is_
     assert any("4 in '12 - 4' is not the value of any fact" in why for why in answer.rejections)
 
 
+def test_a_table_keeps_only_the_rows_validation_kept_without_citation_marks(make_pipeline):
+    draft = {"answerable": True, "header": ["Group", "Gain"],
+             "rows": [{"cells": ["Controls", "5 g [1]"], "evidence": [1]}, {"cells": ["Rats", "9 g"], "evidence": []}]}
+    answer = make_pipeline(RuleBackend([json.dumps(draft)])).ask(QUESTION, answer_format="table").answer
+    assert answer.table == [["Group", "Gain"], ["Controls", "5 g"]] and answer.text == "Controls | 5 g"
+    assert [claim.text for claim in answer.claims] == ["Controls | 5 g"] and answer.dropped_claims == 1
+
+
 def test_an_answer_citing_evidence_it_was_not_given_is_refused_and_the_candidates_kept(make_pipeline):
     invented = json.dumps({"answerable": True, "answer": "Controls gained 5 g.", "evidence": [4]})
     result = make_pipeline(RuleBackend([invented, invented])).ask(QUESTION)
@@ -202,6 +226,32 @@ def test_a_reader_failure_returns_the_candidates_and_papers_read_as_a_partial_re
     assert [(reading.paper_id, reading.accepted) for reading in result.readings] == [("good", True)]
     assert not result.answer.answerable and result.answer.choice is None
     assert (result.events[-1].stage, result.events[-1].status) == ("read", "failed")
+
+
+@pytest.mark.parametrize("failing", ["retrieve", "rerank"])
+def test_a_failing_candidate_stage_reports_itself_failed_before_the_error_is_raised(corpus, monkeypatch, failing):
+    settings, opened = corpus
+    found = pipeline_module.find_candidates
+
+    class Failing:
+        name = "failing"
+
+        def rank(self, query, candidates):
+            raise LLMError("the reranker crashed")
+
+    def find_candidates(question, **kwargs):
+        if failing == "retrieve":
+            raise LLMError("the model server is down")
+        return found(question, **kwargs)
+
+    monkeypatch.setattr(pipeline_module, "find_candidates", find_candidates)
+    pipeline = Pipeline(with_read(settings, llm_retrieval=False), opened, LLMClient(RuleBackend(), settings.llm),
+                        Failing())
+    events = []
+    with pytest.raises(LLMError):
+        pipeline.ask(QUESTION, on_event=events.append)
+    assert (events[-1].stage, events[-1].status) == (failing, "failed") and "LLMError" in events[-1].detail
+    assert [(event.stage, event.status) for event in events].count((failing, "started")) == 1
 
 
 def test_a_sink_that_cancels_stops_the_pipeline_instead_of_returning_a_partial_answer(make_pipeline):

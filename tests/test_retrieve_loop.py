@@ -169,6 +169,16 @@ def test_later_rounds_take_at_most_later_subqueries():
     assert run.rounds[1].queries == ["a", "b", "c"] and run.stop_reason == "max_rounds"
 
 
+def test_round_one_searches_the_question_when_the_decomposer_gives_no_subquery():
+    # Without the question among round 1's queries (retrieve.include_question off), a decomposition with nothing
+    # usable ended the loop before any search: no candidates, and 'cannot answer'.
+    searcher = FakeSearcher({QUESTION: ["p1"]})
+    loop, _ = retriever(searcher, [{"subqueries": [" ", "?"]}, {"sufficient": True}], include_question=False)
+    run = loop.run(QUESTION)
+    assert [r.queries for r in run.rounds] == [[QUESTION]] and run.ranking.paper_ids == ["p1"]
+    assert run.stop_reason == "sufficient"
+
+
 def test_without_a_client_the_question_is_the_only_query_of_one_round():
     searcher = FakeSearcher({QUESTION: ["p2", "p1"]})
     loop = QuestionRetriever(searcher, searcher.store, KeepOrder(), RetrieveSettings(), client=None)

@@ -150,6 +150,9 @@ def test_malformed_and_oversized_bodies_and_queries_are_4xx(guarded) -> None:
     assert client.post("/ask", json={"question": ""}).status_code == 422
     assert client.post("/ask", json={"question": 42}).status_code == 422
     assert client.post("/ask", json={"question": "which?", "format": "mc", "options": ["a"]}).status_code == 422
+    # The pipeline's own option rules, checked before anything loads (was: an error event after the model loaded).
+    repeated = client.post("/ask", json={"question": "which?", "options": ["5 g", "12 g", "5  g"]})
+    assert repeated.status_code == 400 and "given twice" in repeated.json()["detail"]
     assert client.post("/ask", json={"question": "q", "format": "poem"}).status_code == 422
     too_long = client.post("/ask", json={"question": "why " * 20})
     assert too_long.status_code == 400 and "serve.max_query_chars" in too_long.json()["detail"]

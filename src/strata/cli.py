@@ -375,6 +375,8 @@ def cmd_ask(args: argparse.Namespace, settings: Settings) -> int:
     def show_trace(event: Any) -> None:
         print(f"[{event.elapsed_s:6.1f}s] {event.stage} {event.status} {event.detail}", file=sys.stderr)
 
+    if args.options and args.format == "text":  # the pipeline answers options as multiple choice, whatever the format
+        raise ValueError("--options make a multiple-choice question: leave --format out, or give --format mc")
     answer_format: AnswerFormat = args.format or ("mc" if args.options else "text")
     with progress_bars(args) as bars:
 

@@ -93,12 +93,7 @@ class Pipeline:
         on_event: EventSink | None = None,
     ) -> AskResult:
         options = list(options or [])
-        if options and answer_format == "text":
-            answer_format = "mc"
-        if answer_format == "mc" and len(options) < 2:
-            raise ValueError("a multiple-choice question needs at least two options (--options A B ...)")
-        if len(options) > 26:
-            raise ValueError(f"a multiple-choice question takes at most 26 options (A-Z), got {len(options)}")
+        answer_format = checked_format(options, answer_format)
         started = time.perf_counter()
         events: list[StageEvent] = []
 
@@ -110,7 +105,13 @@ class Pipeline:
 
         trace = Trace()
         with tracing(trace):
-            candidates = self._candidates(question, trace, emit)
+            try:
+                candidates = self._candidates(question, trace, emit)
+            except AskCancelled:
+                raise
+            except Exception as error:  # nothing to answer from: the caller gets the error, the stage its end
+                emit(events[-1].stage, "failed", f"{type(error).__name__}: {error}")
+                raise
             readings: list[PaperReading] = []
             stage: StageName = "read"
             try:
@@ -216,6 +217,27 @@ class Pipeline:
 
 
 REFERENCE_SLACK = 3  # extra chunks fetched per paper so that dropping reference entries still leaves enough
+MAX_OPTIONS = 26  # multiple-choice options are lettered A-Z
+
+
+def checked_format(options: Sequence[str], answer_format: AnswerFormat) -> AnswerFormat:
+    """The format a question with these options is answered in: options make it multiple choice ('text', the APIs'
+    default, becomes 'mc'). Refused: a table with options (they would be ignored), fewer than two or more than 26
+    options (A-Z), a blank option, or one given twice (its copy would split its grounding share)."""
+    if options and answer_format == "table":
+        raise ValueError("format 'table' takes no options: options make a multiple-choice question (format 'mc')")
+    if options:
+        answer_format = "mc"
+    if answer_format == "mc" and len(options) < 2:
+        raise ValueError("a multiple-choice question needs at least two options (--options A B ...)")
+    if len(options) > MAX_OPTIONS:
+        raise ValueError(f"a multiple-choice question takes at most {MAX_OPTIONS} options (A-Z), got {len(options)}")
+    written = [" ".join(option.split()) for option in options]
+    if "" in written:
+        raise ValueError("an option is blank")
+    if repeated := [option for index, option in enumerate(written) if option in written[:index]]:
+        raise ValueError(f"option {repeated[0]!r} is given twice")
+    return answer_format
 
 
 def _validation_detail(answer: Answer) -> str:
@@ -249,5 +271,6 @@ def ask(
     on_event: EventSink | None = None,
 ) -> AskResult:
     """Answer one question from the corpus, every claim citing validated evidence (see `Pipeline.ask`)."""
+    checked_format(options or [], answer_format)  # bad options are refused before the models load
     with open_pipeline(settings) as pipeline:
         return pipeline.ask(question, options=options, answer_format=answer_format, on_event=on_event)

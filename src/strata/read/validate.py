@@ -6,17 +6,17 @@ outside a reference list. Failing evidence is removed. Then content: a fact's va
 passage it cites, a calculation must compute from the facts kept, a multiple-choice answer's passage must state the
 chosen option (`strata.read.grounding` normalises both) unless the option only restates the question's alternatives
 (a verdict, which no passage words). A claim left citing no valid evidence is dropped; an answer whose claims were all
-dropped is marked unsupported; a multiple-choice answer must be one of the options. Section path, page and title are
-taken from the store, not from the answer. Citation marks and locators written inside the answer's prose are removed:
-citations live only in claims' validated numbers (a mark left in the prose would point at renumbered evidence, or at
-nothing).
+dropped is marked unsupported (a table keeps only the rows whose claim is kept); a multiple-choice answer must
+be one of the options. Section path, page and title are taken from the store, not from the answer. Citation marks and
+locators written inside the answer's prose and a table's cells are removed: citations live only in claims' validated
+numbers (a mark left in the prose would point at renumbered evidence, or at nothing).
 """
 
 from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from strata.documents.model import Locator
 from strata.read.calculate import compute, fact_number
@@ -129,9 +129,12 @@ def validate_answer(answer: Answer, store: PaperStore, options: Sequence[str] | 
         rejections.append(f"choice {choice!r} is not one of the options")
         choice = None
     supported = bool(claims) and (answer.format != "mc" or choice is not None)
+    table = validated_table(answer, valid)
     return answer.model_copy(
         update={
-            "text": without_inline_citations(answer.text),
+            # A table's text is its rows: only those kept.
+            "text": "\n".join(claim.text for claim in claims) if table else without_inline_citations(answer.text),
+            "table": table,
             "evidence": evidence,
             "claims": claims,
             "choice": choice,
@@ -140,6 +143,16 @@ def validate_answer(answer: Answer, store: PaperStore, options: Sequence[str] | 
             "rejections": rejections,
         }
     )
+
+
+def validated_table(answer: Answer, valid: Collection[int]) -> list[list[str]] | None:
+    """A table answer's header and the rows whose claim (row i is claim i) cites valid evidence, their cells without
+    citation marks, as the claims are kept; None for other answers."""
+    if not answer.table:
+        return None
+    header, *rows = answer.table
+    kept = [row for row, claim in zip(rows, answer.claims, strict=True) if any(n in valid for n in claim.citations)]
+    return [[without_inline_citations(cell) for cell in row] for row in [header, *kept]]
 
 
 def stated_claims(

@@ -113,7 +113,9 @@ class QuestionRetriever:
             constraints = merge_llm_constraints(constraints, question, answer)
         limit = self.settings.first_subqueries if number == 1 else self.settings.later_subqueries
         extra = [question] if number == 1 and self.settings.include_question else []
-        return new_subqueries([*extra, *answer.subqueries], asked, limit + len(extra)), constraints
+        fresh = new_subqueries([*extra, *answer.subqueries], asked, limit + len(extra))
+        # Round 1 searches something: with no usable subquery (and the question not among them), the question itself.
+        return fresh or ([question] if number == 1 else []), constraints
 
     def _ask_for_subqueries(
         self,

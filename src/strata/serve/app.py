@@ -46,6 +46,7 @@ from strata.serve.service import (
     ServiceError,
     TocView,
     Upload,
+    check_options,
 )
 
 logger = logging.getLogger(__name__)
@@ -187,6 +188,7 @@ def _api(service: CorpusService) -> APIRouter:
         """Answer a question from the corpus, streaming stage progress and then the answer with its evidence."""
         # A bad question or a missing pipeline is a plain 4xx/501, before any event is sent.
         service.check_query(request.question)
+        check_options(request.options or [], request.format)
         service.answer_function()
         return EventSourceResponse(_ask_events(service, request), ping=15)
 

@@ -23,6 +23,7 @@ from pydantic import BaseModel, Field
 from strata.config import LLM_RERANKERS, Settings
 from strata.corpus import Corpus
 from strata.documents.model import Locator, Paper, Ranking, Section
+from strata.pipeline.ask import MAX_OPTIONS, checked_format
 from strata.pipeline.ingest import IngestReport
 from strata.read.model import AnswerFormat, AskResult, StageEvent
 from strata.rerank.base import FirstStage, Reranker
@@ -35,7 +36,6 @@ if TYPE_CHECKING:
     from strata.pipeline.ask import Pipeline
 
 UPLOADS = "uploads"  # sub-folder of the storage root that uploaded files are written to
-MAX_OPTIONS = 26  # multiple-choice options are lettered A-Z
 MAX_OPTION_CHARS = 1000  # options join the question in the search query, so each is bounded like a query
 FAISS_THREADS = 1
 
@@ -449,10 +449,11 @@ class CorpusService:
 
 
 def check_options(options: list[str], answer_format: AnswerFormat) -> None:
-    """The rules every client's multiple-choice options meet (HTTP's request model states the same ones)."""
-    if answer_format == "mc" and len(options) < 2:
-        raise ServiceError("a multiple-choice question ('format': 'mc') needs at least two options")
-    if len(options) > MAX_OPTIONS:
-        raise ServiceError(f"{len(options)} options; at most {MAX_OPTIONS} (lettered A-Z)")
-    if any(not option.strip() or len(option) > MAX_OPTION_CHARS for option in options):
+    """The rules every client's multiple-choice options meet (the pipeline's, checked before it loads; HTTP's
+    request model states the same ones), each option also bounded like a query."""
+    if any(len(option) > MAX_OPTION_CHARS for option in options):
         raise ServiceError(f"every option needs 1 to {MAX_OPTION_CHARS} characters")
+    try:
+        checked_format(options, answer_format)
+    except ValueError as error:
+        raise ServiceError(str(error)) from error
