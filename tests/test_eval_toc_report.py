@@ -15,18 +15,19 @@ def load_report():
     return load_benchmark("report")
 
 
-def cell(group: str, method: str, scope: str, r1: float, hallucination: float | None = None) -> Experiment:
+def cell(group: str, method: str, scope: str, r1: float, hallucination: float | None = None,
+         queries: int = 60) -> Experiment:
     metrics = {"R@1": r1, "R@3": 0.9, "nDCG@3": 0.8}
     if hallucination is not None:
         metrics["hallucination"] = hallucination
     return Experiment(
-        name=f"{group}/{method}/{scope}", method=method, dataset=TOC.name, subset=scope, group=group, queries=60,
+        name=f"{group}/{method}/{scope}", method=method, dataset=TOC.name, subset=scope, group=group, queries=queries,
         metrics=metrics, cost={"latency_ms_mean": 1234.0, "latency_ms_p50": 1000.0}, per_query=f"x/{scope}.json",
     )  # fmt: skip
 
 
 def test_every_stair_part_is_rendered_with_training_and_the_randomization_test() -> None:
-    comparison = {"metric": "R@1", "queries": 60, "system_file": "x/small-all-stair.json", "system_mean": 0.2,
+    comparison = {"metric": "R@1", "queries": 120, "system_file": "x/small-all-stair.json", "system_mean": 0.2,
                   "baseline_file": "x/small-all-bm25.json", "baseline_mean": 0.7, "mean_delta": -0.5, "p_value": 0.0001,
                   "permutations": 10000, "seed": 7, "wins": 1, "ties": 20, "losses": 39, "baseline": "bm25"}
     training = {"mode": "stair", "device": "cpu", "train_examples": 102, "dev_examples": 24, "steps": 6, "epochs": 0.24,
@@ -165,7 +166,8 @@ def test_a_summary_row_takes_the_paired_test_of_its_own_system_not_another_again
 
     group = "small_psychology-2e"
     experiments = [
-        cell(group, method, "all", r1).model_copy(update={"per_query": f"stair/small-psychology-2e-all-{method}.json"})
+        cell(group, method, "all", r1, queries=120).model_copy(  # under 100 questions no p-value is shown
+            update={"per_query": f"stair/small-psychology-2e-all-{method}.json"})
         for method, r1 in (("stair", 0.5), ("stair-fused", 0.883), ("hybrid", 0.883), ("dense", 0.867))
     ]
     comparisons = [  # STAIR's tests name no system (older files); the fused retriever's name it
@@ -186,8 +188,9 @@ def test_a_summary_row_takes_no_paired_test_made_against_another_part() -> None:
     # The GPU-trained part is tested against two CPU parts' STAIR (another recipe, the same recipe): each summary
     # row must show the p of the part it compares with, not the first test whose method names match.
     gpu, cpu, default = "small_psychology-2e-q24p8-gpu", "small_psychology-2e-q24p8", "small_psychology-2e"
-    experiments = [cell(gpu, "stair", "all", 0.5), cell(gpu, "dense", "all", 0.867), cell(cpu, "stair", "all", 0.667),
-                   cell(default, "stair", "all", 0.567)]  # fmt: skip
+    experiments = [cell(part, method, "all", r1, queries=120)  # under 100 questions no p-value is shown
+                   for part, method, r1 in ((gpu, "stair", 0.5), (gpu, "dense", 0.867), (cpu, "stair", 0.667),
+                                            (default, "stair", 0.567))]  # fmt: skip
     comparisons = [
         {"metric": "R@1", "system": "stair", "baseline": "stair", "baseline_part": default, "p_value": 0.5035},
         {"metric": "R@1", "system": "stair", "baseline": "stair", "baseline_part": cpu, "p_value": 0.0188},
@@ -197,4 +200,4 @@ def test_a_summary_row_takes_no_paired_test_made_against_another_part() -> None:
 
     summary = load_report().render_summary({"stair-cpu.json": result})
     [row] = [row for row in summary.splitlines() if "trained on this CPU" in row]
-    assert "0.667 (n 60)" in row and "-0.167 (p 0.0188)" in row
+    assert "0.667 (n 120)" in row and "-0.167 (p 0.0188)" in row

@@ -99,14 +99,93 @@ def test_paths_inside_the_checkout_are_written_relative_so_a_clone_renders_the_s
 def test_two_runs_rows_with_inline_per_query_scores_get_a_paired_test_and_others_none() -> None:
     report = load_report()
 
-    def run(name: str, scores: list[float]) -> Experiment:
-        rows = [QueryRow(query_id=f"q{i}", metrics={"nDCG@10": s}) for i, s in enumerate(scores)]
-        return Experiment(name=name, method=name, metrics={"nDCG@10": sum(scores) / len(scores)}, per_query=rows)
-
     claim = report.Claim("m", "set", "nDCG@10", report.Measure("a.json", "a"), ())
-    better, worse = run("a", [0.9] * 30), run("b", [0.1] * 30)
+    better, worse = _run("a", [0.9] * 120), _run("b", [0.1] * 120)
     results = {"a.json": new_result("b.py", [better])}
     assert report._delta(results, claim, better, worse) == "+0.800 (p 0.0002)"
-    fewer = run("b", [0.1] * 29)  # not the same queries: no pairing
+    fewer = _run("b", [0.1] * 110)  # not the same queries: no pairing
     assert report._delta(results, claim, better, fewer) == "+0.800"
     assert report._delta(results, claim, better, Experiment(name="c", method="c", metrics={"nDCG@10": 0.5})) == "+0.400"
+
+
+def _run(name: str, scores: list[float]) -> Experiment:
+    """A row of one run with its per-query scores inline."""
+    rows = [QueryRow(query_id=f"q{i}", metrics={"nDCG@10": s}) for i, s in enumerate(scores)]
+    return Experiment(name=name, method=name, queries=len(scores), metrics={"nDCG@10": sum(scores) / len(scores)},
+                      per_query=rows)
+
+
+def test_under_100_queries_a_comparison_shows_no_p_value_and_is_labelled_smoke() -> None:
+    report = load_report()
+    claim = report.Claim("m", "set", "nDCG@10", report.Measure("a.json", "a"), ())
+    better, worse = _run("a", [0.9] * 60), _run("b", [0.1] * 60)
+    results = {"a.json": new_result("b.py", [better])}
+    assert report._delta(results, claim, better, worse) == "+0.800 (smoke: n < 100)"
+    test = {"against": "b", "metric": "nDCG@10", "p_value": 0.0002}
+    assert report._paired(Experiment(name="a", method="a", queries=10, details={"paired_test": test})) == (
+        "smoke: n < 100")
+    assert report._paired(Experiment(name="a", method="a", queries=300, details={"paired_test": test})) == "0.0002 vs b"
+    toc_test = {"metric": "R@1", "queries": 60, "system_file": "s.json", "system_mean": 0.5, "baseline_file": "b.json",
+                "baseline_mean": 0.8, "mean_delta": -0.3, "p_value": 0.0002, "permutations": 10000, "seed": 1,
+                "wins": 1, "ties": 39, "losses": 20}
+    assert "p =" not in report._comparison_line(toc_test) and "smoke: n < 100" in report._comparison_line(toc_test)
+    assert "p = 0.0002" in report._comparison_line(toc_test | {"queries": 120})
+
+
+def test_a_part_test_that_names_no_baseline_part_is_against_the_systems_own_part() -> None:
+    report = load_report()
+
+    def cell(group: str, method: str, r1: float) -> Experiment:
+        return Experiment(name=f"{group}/{method}/all", method=method, group=group, subset="all", queries=120,
+                          metrics={"R@1": r1}, per_query=f"benchmarks/results/stair/{group}-all-{method}.json")
+
+    test = {"metric": "R@1", "system": "stair", "baseline": "dsi", "p_value": 0.4}
+    parts = {"new": {"comparisons": [test]}}
+    result = new_result("benchmarks/stair.py", [cell("new", "stair", 0.6), cell("new", "dsi", 0.5),
+                                                cell("old", "dsi", 0.4)], details={"parts": parts})
+    stair, same_part, other_part = result.experiments
+    claim = report.Claim("m", "set", "R@1", report.Measure("stair-cpu.json", "new/stair/all"), ())
+    results = {"stair-cpu.json": result}
+    assert report._delta(results, claim, stair, same_part) == "+0.100 (p 0.4000)"
+    assert report._delta(results, claim, stair, other_part) == "+0.200"  # that test paired other questions' rows
+
+
+def test_a_p_value_a_run_recorded_is_not_shown_against_a_row_of_another_run_or_part() -> None:
+    report = load_report()
+    first = Experiment(name="ce: hybrid (first stage)", method="hybrid (first stage)", group="ce", queries=300,
+                       metrics={"nDCG@10": 0.7})
+    test = {"against": "hybrid (first stage)", "metric": "nDCG@10", "p_value": 0.001}
+    reranked = Experiment(name="ce: hybrid > x", method="hybrid > x", group="ce", queries=300,
+                          metrics={"nDCG@10": 0.6}, details={"paired_test": test})
+    llm_first = first.model_copy(update={"name": "llm: hybrid (first stage)", "group": "llm"})
+    results = {"a.json": new_result("b.py", [first, reranked, llm_first]), "b.json": new_result("b.py", [first])}
+    own_first, system, other_part = results["a.json"].experiments
+    claim = report.Claim("m", "set", "nDCG@10", report.Measure("a.json", "ce: hybrid > x"), ())
+    assert report._delta(results, claim, system, own_first) == "-0.100 (p 0.0010)"
+    assert report._delta(results, claim, system, results["b.json"].experiments[0]) == "-0.100"
+    assert report._delta(results, claim, system, other_part) == "-0.100"
+
+
+def test_a_reranker_is_compared_with_the_first_stage_of_its_own_run() -> None:
+    report = load_report()
+    elsewhere = [(claim.method, name) for claim in report.CLAIMS for name, measure in claim.baselines
+                 if name.endswith("first stage") and measure.file != claim.system.file]
+    assert not elsewhere
+
+
+def test_a_cross_encoder_baseline_called_the_same_reads_papers_as_the_method_does() -> None:
+    report = load_report()
+    for claim in report.CLAIMS:
+        for name, measure in claim.baselines:
+            if "cross-encoder" in (claim.system.experiment or "") and name.startswith("the same"):
+                caps = [load_result(RESULTS / file).settings["caps"] for file in (claim.system.file, measure.file)]
+                views = {(c["passage_words"], c.get("ce_windows", 1)) for c in caps}
+                assert len(views) == 1, f"{claim.method}: {name!r} reads {views}"
+
+
+def test_a_run_that_measured_its_first_stage_once_per_query_set_shows_it_once_when_the_sets_are_the_same() -> None:
+    # corank-listwise.json: the LLM rerankers read the cross-encoder's 100 queries, so 'ce: hybrid (first stage)'
+    # and 'llm: hybrid (first stage)' are one measurement, in rows the table cannot tell apart.
+    report = load_report()
+    text = report.corank_section("corank-listwise.json", load_result(RESULTS / "corank-listwise.json"))
+    assert text.count("| hybrid (first stage) | 100 |") == 1
