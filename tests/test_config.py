@@ -3,7 +3,7 @@ from pathlib import Path
 import pytest
 
 from strata.cli import build_parser, settings_from_args
-from strata.config import Settings, settings_fields
+from strata.config import Settings, TocSettings, settings_fields
 
 
 def test_defaults_need_no_configuration():
@@ -74,3 +74,7 @@ def test_a_home_folder_in_a_path_setting_is_expanded(monkeypatch):
     assert Settings.load(overrides={"store.home": "~/corpus"}).store.home == Path.home() / "corpus"
     monkeypatch.setenv("STRATA_RERANK__FEATURES_PATH", "~/features.sqlite3")
     assert Settings.load().rerank.features_path == Path.home() / "features.sqlite3"
+    # A default is expanded as a given value is: a dumped and reloaded section equals the one that was dumped.
+    toc = TocSettings()  # its question_cache default is under '~'
+    assert "~" not in str(toc.question_cache)
+    assert type(toc).model_validate_json(toc.model_dump_json()) == toc

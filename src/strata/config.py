@@ -27,7 +27,9 @@ UserPath = Annotated[Path, AfterValidator(Path.expanduser)]
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # Defaults validated too: a default path then has its '~' expanded as a given one does, so a saved settings dump
+    # (a training record) compares equal to the settings that wrote it.
+    model_config = ConfigDict(extra="forbid", validate_default=True)
 
 
 class ChunkingSettings(_Section):
