@@ -7,7 +7,15 @@ import pytest
 from strata.config import Settings
 from strata.documents.model import Candidate, Ranking
 from strata.rerank.crossencoder import FUSION_FILE, trained_fusion
-from strata.rerank.fusion import FusedReranker, FusionChoice, choose_fusion, choose_weight, fuse, fuse_scores
+from strata.rerank.fusion import (
+    FusedReranker,
+    FusionChoice,
+    choose_fusion,
+    choose_weight,
+    fuse,
+    fuse_scores,
+    min_max,
+)
 
 
 def ranking(ids: list[str], query: str = "q") -> Ranking:
@@ -160,6 +168,19 @@ def test_score_fusion_keeps_the_margins_that_rank_fusion_throws_away():
     assert fused.paper_ids == ["b", "a", "c", "d"] and fused.method == "hybrid>scores+score-fusion(1)"
     with pytest.raises(ValueError, match="gives no scores"):
         FusedReranker(Reverse(), 0.5, mode="score")
+
+
+def test_a_non_finite_model_score_spoils_neither_the_others_nor_their_order():
+    # inf - inf and inf / inf are NaN, and NaN compares false, so one such score left every normalised score NaN or 0
+    # (the reranker's order lost: c, scored 2, stayed third) or sorted the head arbitrarily.
+    nan, inf = float("nan"), float("inf")
+    # +inf above every finite score, -inf and NaN below, each by the finite scores' range
+    assert min_max([nan, 1.0, 3.0, inf, -inf]) == pytest.approx([0.0, 1 / 3, 2 / 3, 1.0, 0.0])
+    assert min_max([2.0, inf]) == [0.0, 1.0] and min_max([nan]) == [0.0] and min_max([1.0, 2.0]) == [0.0, 1.0]
+    first = ranking(["a", "b", "c", "d"])
+    assert fuse_scores(first, {"a": 1.0, "b": nan, "c": 2.0}, 1.0) == ["c", "a", "b", "d"]
+    assert fuse_scores(first, {"a": 1.0, "b": inf, "c": 2.0}, 1.0) == ["b", "c", "a", "d"]
+    assert fuse_scores(first, {"a": -inf, "b": 1.0, "c": 2.0}, 1.0) == ["c", "b", "a", "d"]
 
 
 def test_validation_chooses_score_fusion_when_the_margins_carry_the_answer():

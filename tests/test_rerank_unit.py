@@ -184,6 +184,23 @@ def test_first_token_answers_rank_every_candidate_by_its_score_as_the_first_numb
     assert llm.order_window("q", ["grade9", "grade2"]) == [0, 1] and llm.errors.unchanged == 1
 
 
+class BrokenScoreBackend(RankingBackend):
+    """RankingBackend, but the first-number log-probability of a 'broken' candidate is NaN."""
+
+    def score(self, system: str, user: str, continuations: Sequence[str]) -> Scoring:
+        scoring = super().score(system, user, continuations)
+        broken = {f'{{"ranking": [{number},' for number, text in LINE.findall(user) if "broken" in text}
+        return scoring.model_copy(update={"scores": [
+            s.model_copy(update={"logprob": float("nan")}) if s.continuation in broken else s
+            for s in scoring.scores]})  # fmt: skip
+
+
+def test_a_nan_first_number_score_ranks_that_candidate_last_and_the_others_by_theirs():
+    llm = ListwiseLLM(client_with(BrokenScoreBackend()), window_tokens=1000, answer="first-token")
+    # A NaN key compares false with everything: the sort left 'plain' and 'broken' above both graded candidates.
+    assert llm.order_window("q", ["plain", "broken", "grade3 text", "grade12 text"]) == [3, 2, 0, 1]
+
+
 # windowing
 
 
@@ -440,3 +457,49 @@ def test_pointwise_is_an_llm_method_the_factory_builds_and_fuses(store: CorpusSt
     assert isinstance(fused, FusedReranker) and isinstance(fused.inner, PointwiseReranker)
     reranked = fused.rank("what is best", first_stage(20))
     assert sorted(ids(reranked)) == ids(first_stage(20)) and reranked.method == "hybrid>pointwise+fusion(0.5)"
+
+
+class WindowScores:
+    """A fake cross-encoder: each (query, window) pair scores as a table says."""
+
+    def __init__(self, scores: dict[str, float]) -> None:
+        self.table = scores
+
+    def predict(self, pairs, batch_size: int) -> np.ndarray:
+        return np.array([self.table[window] for _, window in pairs], dtype=np.float32)
+
+
+class TwoWindows:
+    def windows(self, paper_id: str, words: int, limit: int) -> list[str]:
+        return [f"{paper_id} opening", f"{paper_id} ending"]
+
+
+def test_a_window_the_cross_encoder_could_not_score_neither_hides_nor_decides_the_papers_best_window():
+    from strata.rerank.crossencoder import CrossEncoderReranker
+
+    nan = float("nan")
+    # max() kept a NaN that came first and skipped one that came later: the same scores gave p000 NaN, p001 3.
+    model = WindowScores({"p000 opening": nan, "p000 ending": 3.0, "p001 opening": 3.0, "p001 ending": nan,
+                          "p002 opening": nan, "p002 ending": nan, "p003 opening": 1.0, "p003 ending": 0.0})
+    reranker = CrossEncoderReranker(model, TwoWindows(), depth=4, passage_words=80, batch=8, windows=2)
+    assert reranker.scores("q", first_stage(4)) == {"p000": 3.0, "p001": 3.0, "p002": -np.inf, "p003": 1.0}
+    assert ids(reranker.rank("q", first_stage(5))) == ["p000", "p001", "p003", "p002", "p004"]
+
+
+class NaNBackend(GradeBackend):
+    """GradeBackend, but a grade-1 document's yes and no both score NaN, so its P(yes) is NaN."""
+
+    def score(self, system: str, user: str, continuations) -> Scoring:
+        scoring = super().score(system, user, continuations)
+        if "grade01" not in user:
+            return scoring
+        return scoring.model_copy(update={"scores": [s.model_copy(update={"logprob": float("nan")})
+                                                     for s in scoring.scores]})  # fmt: skip
+
+
+def test_a_nan_p_yes_ranks_last_and_leaves_the_other_candidates_ordered(store: CorpusStore):
+    from strata.rerank.pointwise import PointwiseReranker
+
+    reranker = PointwiseReranker(client_with(NaNBackend()), PaperTexts(store), RerankSettings(pointwise_depth=7))
+    # A NaN key compares false with everything: the sort kept p000 (grade 0) and p001's NaN above p006 (grade 6).
+    assert ids(reranker.rank("q", first_stage(8))) == ["p006", "p005", "p004", "p003", "p002", "p000", "p001", "p007"]

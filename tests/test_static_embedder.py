@@ -111,6 +111,24 @@ def test_the_backend_setting_switches_the_encoder(tiny_model) -> None:
         Settings.load(overrides={"index.embedding.backend": "word2vec"})
 
 
+def test_a_model_with_query_and_document_prompts_gets_each_on_its_side(tmp_path: Path) -> None:
+    # An asymmetric model (bge, arctic, nomic) names its prompts in its config: plain encode() used neither.
+    import json
+
+    packaged = resolve_model_path("packaged:all-MiniLM-L6-v2")
+    prompted = tmp_path / "prompted"
+    prompted.mkdir()
+    for item in packaged.iterdir():
+        (prompted / item.name).symlink_to(item)
+    (prompted / "config_sentence_transformers.json").unlink()
+    prompts = {"query": "query: ", "document": "passage: "}
+    (prompted / "config_sentence_transformers.json").write_text(json.dumps({"prompts": prompts}))
+    plain, asymmetric = Embedder(EmbeddingSettings()), Embedder(EmbeddingSettings(model=str(prompted)))
+    assert np.allclose(asymmetric.embed_query("zinc and colds"), plain.embed_query("query: zinc and colds"), atol=1e-6)
+    assert np.allclose(asymmetric.embed(["Zinc shortens colds"]), plain.embed(["passage: Zinc shortens colds"]),
+                       atol=1e-6)  # fmt: skip
+
+
 def test_a_dense_index_built_with_one_encoder_refuses_the_other_until_a_sync_rebuilds_it(
     tiny_model, tmp_path: Path
 ) -> None:

@@ -120,11 +120,13 @@ class Embedder:
         # An int8 model quantizes its activations over the whole batch, so a query's vector would depend on the
         # queries batched with it: each is embedded alone, as a search embeds it.
         batch = 1 if query and self.settings.query_int8 else self.settings.batch_size
+        # A model made for asymmetric search names a query and a document prompt in its config: each side gets its own.
+        encode = model.encode_query if query else model.encode_document
         # Torch's thread count is process-wide: encode one batch at a time, each with the count it asked for.
         with TORCH_LOCK:
             if torch.get_num_threads() != threads:
                 torch.set_num_threads(threads)
-            vectors = model.encode(
+            vectors = encode(
                 list(texts),
                 batch_size=batch,
                 normalize_embeddings=True,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Protocol, runtime_checkable
 
 from strata.documents.model import Ranking
@@ -37,3 +38,9 @@ class FirstStage:
 
     def rank(self, query: str, candidates: Ranking) -> Ranking:
         return candidates
+
+
+def nan_lowest(score: float) -> float:
+    """`score`, or -inf for a NaN (a score the model could not give): NaN compares false with everything, so a max or
+    a sort over scores holding one depends on where the NaN stands."""
+    return -math.inf if math.isnan(score) else score

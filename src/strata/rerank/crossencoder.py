@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from strata.config import RerankSettings, Settings
 from strata.documents.model import Ranking
 from strata.encoders.embedder import TORCH_LOCK
+from strata.rerank.base import nan_lowest
 from strata.rerank.fusion import FusionChoice, reordered_by_scores
 from strata.rerank.texts import PaperTexts
 
@@ -62,7 +63,7 @@ class CrossEncoderReranker:
                    rerank.cross_encoder_windows)
 
     def scores(self, query: str, candidates: Ranking) -> dict[str, float]:
-        """Each of the top `depth` candidates' best window score."""
+        """Each of the top `depth` candidates' best window score (-inf where the model gave only NaN)."""
         top = candidates.candidates[: self.depth]
         windows = [self.texts.windows(candidate.paper_id, self.passage_words, self.windows) for candidate in top]
         pairs = [(query, window) for paper in windows for window in paper]
@@ -71,7 +72,7 @@ class CrossEncoderReranker:
         with TORCH_LOCK:  # concurrent requests would oversubscribe torch's process-wide threads
             scores = self.model.predict(pairs, batch_size=self.batch)
         each = iter(scores)
-        return {candidate.paper_id: max(float(score) for score in islice(each, len(paper)))
+        return {candidate.paper_id: max(nan_lowest(float(score)) for score in islice(each, len(paper)))
                 for candidate, paper in zip(top, windows)}  # fmt: skip
 
     def rank(self, query: str, candidates: Ranking) -> Ranking:

@@ -10,6 +10,7 @@ far apart it puts two papers, not only their order; validation chooses between t
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Literal
@@ -47,9 +48,20 @@ def fuse(first: Order, reranked: Order, weight: float, k: int = 60) -> list[str]
 
 
 def min_max(values: Sequence[float]) -> list[float]:
-    """`values` scaled to [0, 1] (all 0 when they are equal)."""
-    low, span = min(values), max(values) - min(values)
-    return [(value - low) / span if span else 0.0 for value in values]
+    """`values` scaled to [0, 1] (all 0 when they are equal); see `_finite` for a model's inf or NaN."""
+    finite = _finite(values)
+    low, span = min(finite), max(finite) - min(finite)
+    return [(value - low) / span if span else 0.0 for value in finite]
+
+
+def _finite(values: Sequence[float]) -> list[float]:
+    """`values` with +inf one step (the finite values' range, or 1) above the highest finite value, and -inf and NaN
+    one step below the lowest: one non-finite score would otherwise make every scaled score NaN (inf - inf), and NaN
+    compares false in any sort."""
+    finite = [value for value in values if math.isfinite(value)] or [0.0]
+    low, high = min(finite), max(finite)
+    step = (high - low) or 1.0
+    return [value if math.isfinite(value) else high + step if value == math.inf else low - step for value in values]
 
 
 def fuse_scores(first: Ranking, scores: Mapping[str, float], weight: float) -> list[str]:

@@ -9,6 +9,7 @@ from pydantic import BaseModel, Field, create_model
 from pydantic.json_schema import JsonDict
 
 from strata.llm import LLMClient, LLMError, Prompt, calibrated_logprobs
+from strata.rerank.base import nan_lowest
 from strata.rerank.model import RankedIds, rerank_prompts
 from strata.rerank.permutation import ParseErrors, parse_permutation
 
@@ -70,13 +71,13 @@ class ListwiseLLM:
         """All n numbers, by the log-probability of each as the answer's first: '{"ranking": [7,' (the comma
         closes the number, so 1 is not a prefix of 12), minus the same log-probability when every document reads
         'N/A' (contextual calibration, Zhao et al. 2021): a small model favours the first numbers whatever they
-        hold, and without the correction its ranking barely moved. Ties keep the input order."""
+        hold, and without the correction its ranking barely moved. Ties keep the input order; a NaN gain is last."""
         openings = [f'{{"ranking": [{number},' for number in range(1, n + 1)]
         scores = self.client.score(prompt, openings)
         blank = "\n".join(f"[{number}] N/A" for number in range(1, n + 1))
         empty = self._prompts.render("rerank_listwise", query=query, documents=blank, count=str(count))
         gain = calibrated_logprobs(scores, self.client.score(empty, openings))
-        return sorted(range(1, n + 1), key=lambda number: (-gain[number - 1], number))
+        return sorted(range(1, n + 1), key=lambda number: (-nan_lowest(gain[number - 1]), number))
 
     def sliding(self, query: str, texts: Sequence[str], window: int, carry: int, full_answers: bool) -> list[int]:
         """0-based order of `texts` after windows slide from the bottom to the top.

@@ -14,6 +14,7 @@ import logging
 from strata.config import RerankSettings
 from strata.documents.model import Ranking
 from strata.llm import LLMClient, LLMError
+from strata.rerank.base import nan_lowest
 from strata.rerank.model import rerank_prompts
 from strata.rerank.rerankers import reordered
 from strata.rerank.texts import PaperTexts
@@ -22,7 +23,8 @@ logger = logging.getLogger(__name__)
 
 
 class PointwiseReranker:
-    """The top `pointwise_depth` candidates ordered by P(yes), ties in first-stage order; the rest keep theirs."""
+    """The top `pointwise_depth` candidates ordered by P(yes) (a NaN one last), ties in first-stage order; the rest
+    keep theirs."""
 
     name = "pointwise"
 
@@ -47,5 +49,5 @@ class PointwiseReranker:
             # window does, instead of failing the whole search.
             logger.warning("pointwise reranking kept the first-stage order for %r: %s", query, error)
             return candidates
-        order = sorted(range(len(top)), key=lambda index: (-scores[index], index))
+        order = sorted(range(len(top)), key=lambda index: (-nan_lowest(scores[index]), index))
         return reordered(candidates, [top[index] for index in order], self.name)
