@@ -20,7 +20,7 @@ import numpy as np
 
 from strata.eval.compare import row_scores
 from strata.eval.plots import ALL_SCOPE, FIGURES, make_figures
-from strata.eval.results import Experiment, ResultFile, load_results
+from strata.eval.results import Experiment, ResultFile, load_results, pooled_command
 from strata.stats import paired_p_value
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -304,7 +304,8 @@ CLAIMS = (
         for name, method in (("stair", "STAIR"), ("stair-fused", "STAIR fused with hybrid leaf search"))
     ),
     Claim(
-        "STAIR trained on a lent H200 (0.5B, 24-over-8 recipe; its 90 s budget ended training after 1 epoch)",
+        # As its part records it (device "cuda", 1 epoch): collect records neither the GPU's budget nor its card
+        "STAIR trained on a lent GPU (0.5B, 24-over-8 recipe; 1 epoch)",
         "OpenStax ToC-QA, small book psychology-2e", "R@1",
         Measure("stair-cpu.json", "small_psychology-2e-q24p8-gpu/stair/all"),
         (
@@ -409,7 +410,7 @@ def render_summary(results: dict[str, ResultFile]) -> str:
                     score,
                     against,
                     "-" if baseline is None else _delta(results, claim, system, baseline),
-                    _command_cell(results[claim.system.file], system),
+                    _command_cell(results, results[claim.system.file], system),
                 ]
             )
     header = ["method", "measured on", "metric", "method's score", "baseline", "delta", "command"]
@@ -486,11 +487,33 @@ def _tests_system(test: dict[str, Any], system: Experiment) -> bool:
     return "system_file" not in test or Path(test["system_file"]).name == Path(per_query).name
 
 
-def _command_cell(result: ResultFile, experiment: Experiment) -> str:
+def _command_cell(results: dict[str, ResultFile], result: ResultFile, experiment: Experiment) -> str:
     # The file's command is the last run's: it names an older row only when no row records its own.
     legacy = not any(e.command for e in result.experiments)
-    command = experiment.command or (result.command if legacy else None)
+    command = _measured_by(results, result, experiment) or (result.command if legacy else None)
     return f"`{command}`" if command else f"`{_script(result)}` (exact command not recorded)"
+
+
+def _measured_by(results: dict[str, ResultFile], result: ResultFile, row: Experiment) -> str | None:
+    """The command that measured `row`: its per-query file's (written once, by the run that scored it) where
+    `results` hold that file, else its own; a pooled row's, those of the rows it pools (as `pooled_command` joins
+    them). Until each row kept its own, benchmarks/stair.py stamped its command on rows it only re-wrote (re-tested,
+    pooled), so a row's own command is trusted only where no per-query file says otherwise."""
+    pooled_from = result.details.get("parts", {}).get(row.group, {}).get("pooled_from")
+    if pooled_from is not None:
+        sources = [e for e in result.experiments
+                   if e.group in pooled_from and (e.method, e.subset) == (row.method, row.subset)]  # fmt: skip
+        return pooled_command(_measured_by(results, result, e) for e in sources)
+    scored = _per_query_row(results, row)
+    return scored.command if scored is not None else row.command
+
+
+def _per_query_row(results: dict[str, ResultFile], row: Experiment) -> Experiment | None:
+    """The row of the per-query file `row` names, where `results` (by path under RESULTS) holds that file."""
+    if not isinstance(row.per_query, str):
+        return None
+    scored = results.get(row.per_query.removeprefix(f"{RESULTS.relative_to(ROOT).as_posix()}/"))
+    return scored.experiments[0] if scored is not None and len(scored.experiments) == 1 else None
 
 
 def _script(result: ResultFile) -> str:

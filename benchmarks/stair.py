@@ -143,25 +143,30 @@ def score(method: str, scope: str, queries, rankings, tag: str):
     return record(summarise(method, scope, score_rankings(queries, rankings)), tag)
 
 
-def record(result, tag: str):
-    """The per-query file of a method's result (what strata.eval.compare reads), logged."""
+def record(result, tag: str, command: str | None = None):
+    """The per-query file of a method's result (what strata.eval.compare reads), logged, as measured by `command`
+    (None: this run); the result, its file and that command."""
     from strata.eval.results import new_result, write_result
     from strata.eval.toc import toc_experiment
 
     path = PER_QUERY / f"{tag}-{result.scope}-{result.method}.json"
-    experiment = toc_experiment(result, path.stem, DATASET_NAME, tag)
-    write_result(new_result("benchmarks/stair.py", [experiment], datasets=[dataset_ref()]), path)
+    experiment = toc_experiment(result, path.stem, DATASET_NAME, tag).model_copy(update={"command": command})
+    written = new_result("benchmarks/stair.py", [experiment], datasets=[dataset_ref()])
+    write_result(written, path)
     log(f"{tag} {result.scope} {result.method}: " + ", ".join(f"{k} {v:.3f}" for k, v in result.metrics.items()))
-    return result, path
+    return result, path, written.experiments[0].command
 
 
-def cell(result, path: Path) -> dict:
+def cell(result, path: Path, command: str | None) -> dict:
+    """A method's numbers on one scope as a part holds them, with the command that measured them: merges and later
+    runs carry it as it is (None: not recorded)."""
     return {
         "queries": result.queries,
         "metrics": result.metrics,
         "latency_ms_mean": result.latency_ms_mean,
         "latency_ms_p50": result.latency_ms_p50,
         "per_query_file": str(path.relative_to(REPO)),
+        "command": command,
     }
 
 
@@ -253,7 +258,7 @@ def part_experiments(key: str, part: dict) -> list:
             queries=cell["queries"], metrics=cell["metrics"],
             cost={"latency_ms_mean": cell["latency_ms_mean"], "latency_ms_p50": cell["latency_ms_p50"]},
             per_query=cell["per_query_file"],
-            command=cell.get("command"),  # a cell read back keeps the command that measured it (None: this run)
+            command=cell["command"],
         )
         for method, scopes in part["methods"].items()
         for scope, cell in scopes.items()
@@ -277,12 +282,11 @@ def write_results(name: str, parts: dict):
     concurrent parts neither lose nor tear it."""
     from strata.eval.results import merged, new_result, update_result
 
-    this_run = new_result(
-        "benchmarks/stair.py",
-        [experiment for key, part in parts.items() for experiment in part_experiments(key, part)],
-        datasets=[dataset_ref()],
-        settings={"k": K, "seed": SEED},
-    )
+    # Rows set after new_result, which gives each row without a command this run's: parts also hold rows read back
+    # from the file (re-tested, pooled), and one whose command went unrecorded stays so.
+    rows = [experiment for key, part in parts.items() for experiment in part_experiments(key, part)]
+    this_run = new_result("benchmarks/stair.py", datasets=[dataset_ref()], settings={"k": K, "seed": SEED})
+    this_run = this_run.model_copy(update={"experiments": rows})
 
     def merge(earlier):
         kept = earlier and earlier.model_copy(
@@ -770,7 +774,7 @@ def small_books_overall(suffix: str = "") -> dict | None:
     """Every method of the small-book parts of one recipe (`suffix`: '' for the default) over their questions
     together (from the per-query files those parts wrote, so each book can be trained by a separate run), with the
     paired tests on the pooled questions."""
-    from strata.eval.results import load_result
+    from strata.eval.results import load_result, pooled_command
     from strata.eval.toc import method_result, summarise
 
     path = RESULTS / "stair-cpu.json"
@@ -797,9 +801,14 @@ def small_books_overall(suffix: str = "") -> dict | None:
         files = [REPO / part[method]["all"]["per_query_file"] for part in cells.values()]
         per_query = [row for file in files for row in method_result(load_result(file).experiments[0]).per_query]
         summary = summarise(method, "all", per_query)
+        # Pooling measures nothing: the pooled row is the books' runs' (each book's rows are copied as measured)
+        command = pooled_command(part[method]["all"]["command"] for part in cells.values())
+        now = {"queries": summary.queries, "metrics": summary.metrics, "command": command}
         before = earlier.get(method, {}).get("all")
-        kept = before is not None and same_numbers(before, {"queries": summary.queries, "metrics": summary.metrics})
-        pooled = before if before is not None and kept else cell(*record(summary, f"small-books{suffix}"))
+        if before is not None and all(before[key] == value for key, value in now.items()):
+            pooled = before  # pooled as before: its per-query file stays as written then
+        else:
+            pooled = cell(*record(summary, f"small-books{suffix}", command))
         methods[method] = {"all": pooled, **{name: cells[name][method][name] for name in parts}}
     pooled_from = [f"small_{name}{suffix}" for name in parts]
     zero_shot = methods_of(written, "zero_shot_llm_small_book")
@@ -810,9 +819,6 @@ def small_books_overall(suffix: str = "") -> dict | None:
     ):
         methods.update(zero_shot)
         pooled_from.append("zero_shot_llm_small_book")
-    # A cell pooled as before keeps the command that measured it, not this run's (which measured nothing new).
-    methods = {method: {scope: unchanged(earlier.get(method, {}).get(scope), now) for scope, now in scopes.items()}
-               for method, scopes in methods.items()}  # fmt: skip
     return {
         "kind": "small-books",
         "device": "cpu",
@@ -821,15 +827,6 @@ def small_books_overall(suffix: str = "") -> dict | None:
         "methods": methods,
         "comparisons": paired_tests(methods, "stair") + fused_tests(methods),
     }
-
-
-def unchanged(before: dict | None, now: dict) -> dict:
-    """`before` when it holds the same numbers as `now` (then its command still names what measured them)."""
-    return before if before is not None and same_numbers(before, now) else now
-
-
-def same_numbers(before: dict, now: dict) -> bool:
-    return (before["queries"], before["metrics"]) == (now["queries"], now["metrics"])
 
 
 # --- gpu

@@ -4,6 +4,7 @@ valid ResultFile, and a file edited out of shape stops the report with its name.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -189,3 +190,46 @@ def test_a_run_that_measured_its_first_stage_once_per_query_set_shows_it_once_wh
     report = load_report()
     text = report.corank_section("corank-listwise.json", load_result(RESULTS / "corank-listwise.json"))
     assert text.count("| hybrid (first stage) | 100 |") == 1
+
+
+def test_a_row_shows_the_command_its_per_query_file_or_the_rows_it_pools_record() -> None:
+    # benchmarks/stair.py once stamped its own command on rows it only re-wrote (re-tested, pooled)
+    report = load_report()
+    a, b, later = (f"python benchmarks/stair.py cpu --parts {parts}" for parts in ("small a", "small b", "overall"))
+
+    def row(group: str, command: str, per_query: str) -> Experiment:
+        return Experiment(name=f"{group}/stair/all", method="stair", group=group, subset="all", command=command,
+                          per_query=f"benchmarks/results/stair/{per_query}.json")
+
+    scored = {name: new_result("benchmarks/stair.py", [Experiment(name=name, method="stair", command=command)])
+              for name, command in (("a", a), ("b", b), ("pooled", later), ("joined", f"{a}; {b}"))}
+    pooling = {"pooled_from": ["small_a", "small_b"]}
+    parts = {"small_a": {}, "small_b": {}, "small_a-tiny": {}, "overall": pooling, "overall-new": pooling}
+    rows = [row("small_a", a, "a"), row("small_b", b, "b"), row("small_a-tiny", later, "a"),
+            row("overall", later, "pooled"), row("overall-new", f"{a}; {b}", "joined")]
+    result = new_result("benchmarks/stair.py", rows, details={"parts": parts})
+    results = {"stair-cpu.json": result, **{f"stair/{name}.json": file for name, file in scored.items()}}
+
+    shown = [report._command_cell(results, result, row) for row in result.experiments]
+    assert shown == [f"`{a}`", f"`{b}`", f"`{a}`", f"`{a}; {b}`", f"`{a}; {b}`"]
+    assert report._command_cell({"stair-cpu.json": result}, result, result.experiments[2]) == f"`{later}`"  # unchecked
+    unrecorded = rows[0].model_copy(update={"command": None, "per_query": None})
+    partial = result.model_copy(update={"experiments": [unrecorded, *rows[1:]]})
+    assert report._command_cell(results, partial, rows[3]) == "`python benchmarks/stair.py` (exact command not recorded)"
+
+
+def test_a_stair_label_states_only_the_training_its_part_records() -> None:
+    # The GPU row's label once named a 90 s budget; collect records none for a GPU part
+    report = load_report()
+    parts = load_result(RESULTS / "stair-cpu.json").details["parts"]
+    labelled = [(claim.method, claim.system) for claim in report.CLAIMS]
+    labelled += [(name, measure) for claim in report.CLAIMS for name, measure in claim.baselines]
+    for label, measure in labelled:
+        if measure.file != "stair-cpu.json":
+            continue
+        group, method, _ = (measure.experiment or "").split("/")
+        epochs = re.search(r"(\d+) epochs?\b", label)
+        if epochs:
+            (training,) = [t for t in parts[group]["training"] if t["mode"] == method]
+            assert int(epochs[1]) == round(training["epochs"]), label
+        assert "budget" not in label or parts[group].get("train_budget_s_per_adapter"), label

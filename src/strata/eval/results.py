@@ -218,6 +218,14 @@ def new_result(benchmark: str, experiments: Sequence[Experiment] = (), **fields:
     )
 
 
+def pooled_command(commands: Iterable[str | None]) -> str | None:
+    """The command of a row pooled from rows measured by `commands` (pooling measures nothing): each once, sorted,
+    as one shell line (`a; b` runs them all); None when any of them, or all, went unrecorded."""
+    listed = list(commands)
+    recorded = {command for command in listed if command is not None}
+    return "; ".join(sorted(recorded)) if listed and None not in listed else None
+
+
 def capture_machine() -> Machine:
     return Machine(
         cpus=os.cpu_count(),
