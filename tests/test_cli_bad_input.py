@@ -43,7 +43,8 @@ def test_eval_qa_refuses_a_store_that_does_not_exist(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("command", [["search", "zinc", "--k"], ["toc", "p1", "Why?", "--k"], ["features", "--limit"],
-                                     ["eval", "qa", "--dataset", "d", "--limit"]])  # fmt: skip
+                                     ["eval", "qa", "--dataset", "d", "--limit"],
+                                     ["eval", "compare", "a.json", "b.json", "--permutations"]])  # fmt: skip
 @pytest.mark.parametrize("count", ["0", "-3"])
 def test_a_count_below_one_is_refused(capsys, command, count):
     # --k 0 searched for the default 10 papers, --k -3 for all but the last 3.
@@ -64,6 +65,16 @@ def test_ingest_with_ray_prints_json_when_asked(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr("strata.pipeline.ingest_ray.ingest_with_ray", lambda *args, **kwargs: report)
     assert cli.main(["ingest", str(tmp_path), "--ray", "--json", "--store.home", str(tmp_path / "store")]) == 0
     assert json.loads(capsys.readouterr().out)["files"] == []
+
+
+@pytest.mark.parametrize(("strict", "code"), [([], 0), (["--strict"], 1)])
+def test_ingest_of_a_folder_without_supported_files_says_so(tmp_path: Path, capsys, strict: list[str], code: int):
+    # It reported 0 files ok, 0 failed and exited 0: a wrong folder or format passed for a finished ingest.
+    folder = tmp_path / "papers"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("not a paper")
+    assert cli.main(["ingest", str(folder), "--quiet", *strict, "--store.home", str(tmp_path / "store")]) == code
+    assert f"no supported files found in {folder}" in capsys.readouterr().err
 
 
 def test_ctrl_c_ends_with_a_line_not_a_traceback(tmp_path: Path, monkeypatch, capsys):

@@ -105,6 +105,26 @@ def test_a_changed_file_that_drops_a_record_drops_its_paper_and_nothing_else(tmp
         assert "b" not in corpus.searcher.search("zinc trial b colds", k=5, method="bm25").paper_ids
 
 
+def test_a_pdf_with_nothing_but_a_title_fails_instead_of_storing_an_empty_paper(tmp_path: Path):
+    # A cover page before scanned pages without a text layer: stored, it was a paper nothing could find.
+    import pymupdf
+
+    from strata.config import Settings
+    from strata.pipeline.ingest import ingest_file
+    from strata.store.sqlite import CorpusStore
+
+    path = tmp_path / "cover.pdf"
+    document = pymupdf.open()
+    document.new_page().insert_text((72, 90), "A Study of Zinc Finger Binding", fontname="helv", fontsize=18)
+    document.save(path)
+    document.close()
+    with CorpusStore(tmp_path / "corpus.sqlite") as store:
+        outcome = ingest_file(store, path, Settings.load())
+        assert (outcome.status, outcome.papers_added) == ("failed", 0)
+        assert "no text extracted" in (outcome.error or "")
+        assert not store.paper_ids()
+
+
 @pytest.mark.parametrize("on_thread", [False, True], ids=["main-thread", "worker-thread"])
 def test_the_parse_time_limit_never_fires_inside_the_store_write(tmp_path: Path, monkeypatch, on_thread: bool):
     """`parsing.per_file_timeout_s` bounds the parsing alone: a file parsed in time is stored however long its store

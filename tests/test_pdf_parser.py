@@ -107,6 +107,27 @@ def test_synthetic_paper_structure_headers_and_references(tmp_path: Path):
     assert data_chunks[2].text.startswith("The cells were grown")
 
 
+def test_a_short_page_printed_in_one_size_keeps_its_text(tmp_path: Path):
+    # Its largest text is all of its text: taken for the title, it left a paper without chunks.
+    sentences = [
+        "Zinc finger proteins bind DNA in a sequence specific manner.",
+        "We measured the binding of twelve variants in yeast cells.",
+        "The strongest binder doubled the expression of the reporter.",
+    ]
+    path = tmp_path / "note.pdf"
+    document = pymupdf.open()
+    page = document.new_page(width=595, height=842)
+    for number, sentence in enumerate(sentences):
+        page.insert_text((72, 90 + 14 * number), sentence, fontname="helv", fontsize=11)
+    document.save(path)
+    document.close()
+    paper = parse(path)
+
+    assert paper.title == ""
+    assert paper.text == " ".join(sentences)
+    assert [chunk.text for chunk in paper.chunks] == [paper.text]
+
+
 # --- the 39 LitQA2 papers ------------------------------------------------------------------------------------------
 
 

@@ -108,8 +108,8 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
 
 
 def _count(text: str) -> int:
-    """argparse type of a count flag (--k, --limit): the settings' counts are validated, these are not, and 0 or
-    -3 meant the default or all but the last 3."""
+    """argparse type of a count flag (--k, --limit, --permutations): the settings' counts are validated, these are
+    not; 0 or -3 meant the default or all but the last 3, and --permutations 0 failed deep inside SciPy."""
     if not text.strip().isdigit() or int(text) < 1:
         raise argparse.ArgumentTypeError(f"must be a whole number of at least 1, not {text!r}")
     return int(text)
@@ -169,10 +169,12 @@ def progress_bars(args: argparse.Namespace) -> Iterator[ProgressBars]:
 def cmd_ingest(args: argparse.Namespace, settings: Settings) -> int:
     from tqdm import tqdm
 
-    from strata.documents.parsers import discover
+    from strata.documents.parsers import SUPPORTED_FORMATS, discover
     from strata.pipeline.ingest import ingest
 
     files = discover(args.paths)
+    if not files:  # a mistyped folder or an unsupported format, else indistinguishable from a finished ingest
+        _stderr(f"strata: no supported files found in {', '.join(args.paths)} (supported: {SUPPORTED_FORMATS})")
     if args.ray:
         from strata.pipeline.ingest_ray import ingest_with_ray
 
@@ -194,9 +196,9 @@ def cmd_ingest(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _ingest_status(report: IngestReport, strict: bool) -> int:
-    """1 under --strict when a file failed or a paper's features could not be extracted."""
+    """1 under --strict when no file was found, a file failed or a paper's features could not be extracted."""
     failed_features = report.features is not None and report.features.failed
-    return 1 if strict and (report.errors or failed_features) else 0
+    return 1 if strict and (not report.files or report.errors or failed_features) else 0
 
 
 def cmd_search(args: argparse.Namespace, settings: Settings) -> int:
@@ -518,7 +520,7 @@ def build_parser() -> argparse.ArgumentParser:
     ingest_cmd = command("ingest", cmd_ingest, "parse, store and index files or folders", reads=ingest_reads)
     ingest_cmd.add_argument("paths", nargs="+", help="files or folders (PDF, S2ORC, TEI, JATS, unarXive, BEIR, book)")
     ingest_cmd.add_argument("--quiet", action="store_true", help="no progress bar")
-    ingest_cmd.add_argument("--strict", action="store_true", help="exit 1 when any file failed")
+    ingest_cmd.add_argument("--strict", action="store_true", help="exit 1 when any file failed or none was found")
     ingest_cmd.add_argument(
         "--ray", nargs="?", const="local", metavar="ADDRESS",
         help="parse and embed as Ray Data pipelines: on a local Ray instance, or the cluster at ADDRESS ('auto', "
@@ -611,7 +613,7 @@ def build_parser() -> argparse.ArgumentParser:
     comparison.add_argument("baseline", help="result JSON of the baseline")
     comparison.add_argument("system", help="result JSON of the system")
     comparison.add_argument("--metric", default="nDCG@10", help="per-query metric to compare")
-    comparison.add_argument("--permutations", type=int, help="random sign flips (default 10,000)")
+    comparison.add_argument("--permutations", type=_count, help="random sign flips (default 10,000)")
     comparison.add_argument("--seed", type=int, help="random seed, recorded in the result")
 
     features_help = "extract CoRank's compact features (cached by content hash)"

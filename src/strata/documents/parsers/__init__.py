@@ -15,6 +15,9 @@ from strata.config import ParsingSettings
 from strata.documents.model import Paper
 
 
+SUPPORTED_FORMATS = "PDF, S2ORC JSON, GROBID TEI, JATS, unarXive JSONL, BEIR corpus JSONL, OpenStax book folder"
+
+
 class ParseError(Exception):
     """A file could not be parsed; the message says what was wrong and where."""
 
@@ -49,8 +52,7 @@ def iter_papers(path: Path | str, settings: ParsingSettings | None = None) -> It
     path = Path(path)
     parser = parser_for(path)
     if parser is None:
-        raise ParseError(path, "no parser accepts this file (supported: PDF, S2ORC JSON, GROBID TEI, JATS, "
-                               "unarXive JSONL, BEIR corpus JSONL, OpenStax book folder)")
+        raise ParseError(path, f"no parser accepts this file (supported: {SUPPORTED_FORMATS})")
     try:
         for paper in parser.parse(path, settings or ParsingSettings()):
             yield _storable(paper)

@@ -28,6 +28,7 @@ from strata.config import ParsingSettings
 from strata.documents.builder import PaperBuilder
 from strata.documents.identifiers import find_arxiv_id, safe_paper_id
 from strata.documents.model import Paper
+from strata.documents.parsers import ParseError
 from strata.documents.parsers.pdf.assemble import Assembler
 from strata.documents.parsers.pdf.metadata import find_authors, find_doi, find_venue, find_year
 from strata.documents.parsers.pdf.opening import open_document
@@ -68,7 +69,7 @@ def _parse_document(document: pymupdf.Document, path: Path, settings: ParsingSet
     doi = find_doi(path, metadata, first_page_text)
     builder = PaperBuilder(safe_paper_id(path.stem), PARSER.name, settings.chunking)
     abstract = Assembler(builder, reading, captions, LinkDois(document, doi)).run(tables)
-    return builder.build(
+    paper = builder.build(
         title=reading.title,
         authors=find_authors(reading.lines, reading.title_lines, metadata.get("author")),
         year=find_year(first_page_text, metadata),
@@ -78,3 +79,7 @@ def _parse_document(document: pymupdf.Document, path: Path, settings: ParsingSet
         abstract=abstract,
         source_path=str(path),
     )
+    if not paper.chunks:
+        # A title or figure labels alone (a cover page before scanned pages): stored, nothing could ever find it.
+        raise ParseError(path, "no text extracted beyond a title or labels (scanned pages without a text layer?)")
+    return paper

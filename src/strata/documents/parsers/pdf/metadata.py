@@ -9,7 +9,7 @@ from pathlib import Path
 from urllib.parse import unquote
 
 from strata.documents.identifiers import find_dois, normalize_doi
-from strata.documents.parsers.pdf.layout import Line
+from strata.documents.parsers.pdf.layout import Line, half_points
 from strata.documents.parsers.pdf.text import match_key, unescaped
 from strata.documents.references import join_lines
 
@@ -35,12 +35,16 @@ def clean_metadata_title(raw: str | None) -> str:
 _MAX_TITLE_LINES = 12
 
 
-def printed_title(lines: list[Line], metadata_title: str) -> tuple[str, set[int]]:
-    """The title and the indices of the lines printing it: the largest text near the top of the first pages."""
+def printed_title(lines: list[Line], body_size: float, metadata_title: str) -> tuple[str, set[int]]:
+    """The title and the indices of the lines printing it: the largest text near the top of the first pages, when it
+    is larger than the running text (of `body_size`)."""
     candidates = [index for index, line in enumerate(lines) if line.page <= 2 and len(line.text) > 1]
     if not candidates:
         return metadata_title, set()
     best = max(candidates, key=lambda index: (lines[index].size, -index))
+    if half_points(lines[best].size) <= body_size:
+        # Nothing is set apart: on a short page printed in one size the largest text is the running text itself.
+        return metadata_title, set()
     size = lines[best].size
     page = lines[best].page
     same_look = lambda index: (  # noqa: E731

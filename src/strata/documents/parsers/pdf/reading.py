@@ -71,6 +71,6 @@ def _read(document: pymupdf.Document, path: Path, styles: bool) -> Reading:
     if not lines:
         raise ParseError(path, "PDF has no extractable text (a scanned image without a text layer?)")
     body = body_style(lines)
-    title, title_lines = printed_title(lines, clean_metadata_title((document.metadata or {}).get("title")))
+    title, title_lines = printed_title(lines, body.size, clean_metadata_title((document.metadata or {}).get("title")))
     headings = find_headings(document.get_toc(), lines, body, title_lines)
     return Reading(layout, lines, body, title, title_lines, headings)
