@@ -78,3 +78,11 @@ def test_a_home_folder_in_a_path_setting_is_expanded(monkeypatch):
     toc = TocSettings()  # its question_cache default is under '~'
     assert "~" not in str(toc.question_cache)
     assert type(toc).model_validate_json(toc.model_dump_json()) == toc
+
+
+def test_null_in_a_flag_or_an_environment_variable_unsets_an_optional_setting(monkeypatch):
+    args = build_parser().parse_args(["search", "q", "--llm.decide_model", "null", "--llm.n_threads", "null"])
+    settings = settings_from_args(args)
+    assert settings.llm.decide_model is None and settings.llm.n_threads is None  # not the text 'null'
+    monkeypatch.setenv("STRATA_LLM__DECIDE_MODEL", "null")
+    assert Settings.load().llm.decide_model is None

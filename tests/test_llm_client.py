@@ -20,7 +20,8 @@ from strata.llm import (
     TraceSummary,
     tracing,
 )
-from strata.llm.client import shared_latencies
+from strata.llm.backend import probabilities
+from strata.llm.client import make_client, shared_latencies
 
 
 class Verdict(BaseModel):
@@ -253,3 +254,51 @@ def test_a_failed_backend_call_is_traced_with_its_error_and_counted_as_a_failure
     summary = trace.summary()
     assert (summary.calls, summary.failures, summary.tokens_in) == (3, 3, 0)
     assert "failed: ContextOverflowError" in trace.format()
+
+
+class ImpossibleBackend(ScriptedBackend):
+    """Scores every continuation impossible (log-probability -inf), as a grammar that masks them all does."""
+
+    def score(self, system: str, user: str, continuations: Sequence[str]) -> Scoring:
+        scores = [ContinuationScore(continuation=c, logprob=float("-inf"), n_tokens=1) for c in continuations]
+        return Scoring(scores=scores, tokens_in=10)
+
+
+def test_continuations_all_scored_impossible_share_evenly_instead_of_nan():
+    client = LLMClient(ImpossibleBackend([]), LLMSettings())
+    assert client.p_yes(PROMPT) == 0.5
+    assert probabilities(client.score(PROMPT, ["A", "B", "C", "D"])) == [0.25] * 4
+
+
+class BrokenBatchBackend(BatchingBackend):
+    """A batching backend whose whole batch fails (its server or device gave out)."""
+
+    def generate_batch(self, requests, options) -> list[Generation]:
+        raise LLMUnavailableError("the batch failed")
+
+
+def test_a_failed_batch_puts_its_error_in_each_requests_place_and_traces_each():
+    client = LLMClient(BrokenBatchBackend([]), LLMSettings())
+    prompts = [PROMPT, PROMPT.model_copy(update={"user": "Other."})]
+    with tracing() as trace:
+        answers = client.complete_many([(prompt, None) for prompt in prompts])
+    assert [type(answer) for answer in answers] == [LLMUnavailableError, LLMUnavailableError]
+    assert [call.error for call in trace.calls] == ["LLMUnavailableError: the batch failed"] * 2
+
+
+def test_make_client_closes_the_loaded_backend_when_the_cache_cannot_open(tmp_path, monkeypatch):
+    closed: list[str] = []
+
+    class ClosingBackend(ScriptedBackend):
+        def __init__(self, settings: LLMSettings) -> None:
+            super().__init__([])
+
+        def close(self) -> None:
+            closed.append(self.model)
+
+    monkeypatch.setattr("strata.llm.openai_http.OpenAIBackend", ClosingBackend)
+    (tmp_path / "file").write_text("not a folder")
+    settings = LLMSettings(backend="openai", cache=True, cache_path=tmp_path / "file" / "cache.sqlite")
+    with pytest.raises(OSError):
+        make_client(settings)
+    assert closed == ["scripted-1"]

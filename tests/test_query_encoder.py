@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from sentence_transformers import SentenceTransformer
 
 from corpus_support import bm25_corpus
 from strata.config import EmbeddingSettings, RerankSettings, Settings
@@ -65,10 +66,20 @@ def adapt(tmp_path, **overrides):
         "rerank.train_validation_share": 0.2, "rerank.query_encoder_steps": 6, "rerank.query_encoder_batch": 8,
         "rerank.query_encoder_checks": 2, **overrides,
     })
-    with Corpus.open(settings) as corpus:
+    with Corpus.open(settings) as corpus, pytest.MonkeyPatch.context() as patch:
         lines: list[str] = []
+        tasks: list[str | None] = []
+        encode = SentenceTransformer.encode
+
+        def recorded(model, *args, **kwargs):
+            tasks.append(kwargs.get("task"))
+            return encode(model, *args, **kwargs)
+
+        patch.setattr(SentenceTransformer, "encode", recorded)
         report = train_query_encoder(corpus, log=lines.append)
         assert any("validation MRR@10" in line for line in lines)
+        # Validation embeds its queries as search does, by the query side (a model's query prompt applies).
+        assert tasks and set(tasks) == {"query"}
         return settings, report, query_encoder_dir(corpus)
 
 

@@ -43,8 +43,10 @@ def test_a_trained_cross_encoder_is_saved_under_the_store_and_loads_back(store: 
         TrainingPair(query="zinc and colds", passage="Zinc shortens colds", label=1.0),
         TrainingPair(query="zinc and colds", passage="Graph networks for tides", label=0.0),
     ]
-    [epoch] = fit_cross_encoder(pairs, settings, trained_model_dir(settings))
+    lines: list[str] = []
+    [epoch] = fit_cross_encoder(pairs, settings, trained_model_dir(settings), log=lines.append)
     assert epoch.steps == 1 and epoch.loss > 0
+    assert epoch.validation is None and lines[-1].endswith("no validation")  # not a made-up nDCG of 0
     assert not trained_model_dir(settings).with_name("cross-encoder.partial").exists()  # moved into place whole
     assert cross_encoder_source(settings) == str(tmp_path / "home" / "rerank" / "cross-encoder")
     # A model trained here is used when asked for; only a user-named one replaces the first stage by default.

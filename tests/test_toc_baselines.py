@@ -51,6 +51,20 @@ def test_dense_scores_a_leaf_by_its_best_chunk():
     assert dense.rank("What causes ocean tides?", 1).leaves[0].number == "1"
 
 
+def test_dense_embeds_the_question_as_a_query_and_minilm_gives_both_sides_the_same_vector(monkeypatch):
+    dense = LeafDense(earth(), EmbeddingSettings())
+
+    def as_document(texts):
+        raise AssertionError("the question was embedded as a document")
+
+    question = "What causes ocean tides?"
+    document_side = dense.embedder.embed([question])[0]
+    monkeypatch.setattr(dense.embedder, "embed", as_document)  # a model with query and document prompts differs
+    [best] = dense.rank(question, 1).leaves
+    # The packaged MiniLM has no prompts: the query side is bit for bit the document side, so scores do not move.
+    assert best.number == "1" and best.score == float((dense.vectors @ document_side).max())
+
+
 def test_leaf_vectors_are_reused_from_the_cache_until_the_text_changes(tmp_path: Path, monkeypatch):
     settings, cache = EmbeddingSettings(threads=1), tmp_path / "vectors"
     first = LeafDense(earth(), settings, cache=cache)

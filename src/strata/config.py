@@ -792,7 +792,8 @@ class Settings(BaseSettings):
 
     @classmethod
     def load(cls, preset: str | None = None, overrides: dict[str, Any] | None = None) -> Settings:
-        """Defaults < preset file < STRATA_* environment < `overrides` (dotted keys, e.g. {'search.k': 20})."""
+        """Defaults < preset file < STRATA_* environment < `overrides` (dotted keys, e.g. {'search.k': 20}); 'null' in
+        the environment or an override unsets an optional setting."""
         values: dict[str, Any] = load_preset(preset) if preset else {}
         environment = cls._environment_values()
         _deep_merge(values, environment)
@@ -878,11 +879,13 @@ def load_preset(name: str) -> dict[str, Any]:
 
 
 def _set_dotted(values: dict[str, Any], dotted: str, value: Any) -> None:
+    """Put `value` at `dotted`. A flag or variable is text, so 'null' (JSON null) is None there: it unsets an
+    optional setting (a preset's YAML has its own null) instead of setting the text 'null'."""
     *parents, leaf = dotted.split(".")
     node = values
     for part in parents:
         node = node.setdefault(part, {})
-    node[leaf] = value
+    node[leaf] = None if value == "null" else value
 
 
 def _deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> None:

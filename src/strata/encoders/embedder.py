@@ -98,9 +98,10 @@ class Embedder:
         """One query, with `settings.query_threads` torch threads."""
         return self.embed_queries([text])[0]
 
-    def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
-        """Search queries, by the query encoder (`settings.query_model`, else `model`), with `query_threads`."""
-        return self._encode(texts, self.settings.query_threads, query=True)
+    def embed_queries(self, texts: Sequence[str], threads: int | None = None) -> np.ndarray:
+        """Search queries, by the query encoder (`settings.query_model`, else `model`), with `threads` torch threads
+        (default `query_threads`)."""
+        return self._encode(texts, threads or self.settings.query_threads, query=True)
 
     @property
     def query_model(self) -> SentenceTransformer:

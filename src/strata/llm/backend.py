@@ -56,8 +56,12 @@ class YesNo(BaseModel):
 
 
 def probabilities(scores: Sequence[ContinuationScore]) -> list[float]:
-    """Softmax of summed log-probabilities: the share of each continuation among those scored."""
+    """Softmax of summed log-probabilities: the share of each continuation among those scored. When every one is
+    impossible (-inf) the model prefers none: an even share each, where NaN would pass every `share < threshold`
+    check (Read's relevance and sufficiency) and an LLMError would end the question (Read does not catch it)."""
     peak = max(score.logprob for score in scores)
+    if peak == -math.inf:
+        return [1 / len(scores)] * len(scores)
     weights = [math.exp(score.logprob - peak) for score in scores]
     total = sum(weights)
     return [weight / total for weight in weights]

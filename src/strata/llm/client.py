@@ -202,8 +202,11 @@ class LLMClient:
         """The backend's answers: in one batch where it takes batches, else one at a time, an LLMError in the
         place of a request that failed."""
         batched = getattr(self.backend, "generate_batch", None)
-        if batched is not None:
-            return list(batched(requests, options)) if requests else []
+        if batched is not None and requests:
+            try:
+                return list(batched(requests, options))
+            except LLMError as error:  # a batch that failed as a whole failed each of its requests
+                return [error] * len(requests)
         answers: list[Generation | LLMError] = []
         for system, user, schema in requests:
             try:
@@ -272,18 +275,24 @@ def make_client(settings: Settings | LLMSettings, *, cache: bool | None = None) 
     """The configured client: embedded (default, offline), transformers or OpenAI-compatible HTTP; `cache` overrides
     the setting."""
     llm = settings.llm if isinstance(settings, Settings) else settings
-    backend: Backend
+    backend = _open_backend(llm)
+    try:
+        use_cache = llm.cache if cache is None else cache
+        return LLMClient(backend, llm, ResponseCache(llm.cache_path, llm.cache_journal) if use_cache else None)
+    except BaseException:
+        backend.close()  # a loaded model would otherwise stay in memory with no client to close it
+        raise
+
+
+def _open_backend(llm: LLMSettings) -> Backend:
     if llm.backend == "embedded":
         from strata.llm.embedded import EmbeddedBackend
 
-        backend = EmbeddedBackend(llm)
-    elif llm.backend == "transformers":
+        return EmbeddedBackend(llm)
+    if llm.backend == "transformers":
         from strata.llm.transformers_backend import TransformersBackend
 
-        backend = TransformersBackend(llm)
-    else:
-        from strata.llm.openai_http import OpenAIBackend
+        return TransformersBackend(llm)
+    from strata.llm.openai_http import OpenAIBackend
 
-        backend = OpenAIBackend(llm)
-    use_cache = llm.cache if cache is None else cache
-    return LLMClient(backend, llm, ResponseCache(llm.cache_path, llm.cache_journal) if use_cache else None)
+    return OpenAIBackend(llm)

@@ -138,7 +138,9 @@ class LeafDense:
 
     def rank(self, query: str, k: int) -> LeafRanking:
         started = time.perf_counter()
-        similarity = self.vectors @ self.embedder.embed([query])[0]
+        # The query side (a model's query prompt, an adapted query encoder), with the leaves' thread count: another
+        # count moves a vector by ~1e-7, enough to reorder near-tied leaves in the committed ToC numbers.
+        similarity = self.vectors @ self.embedder.embed_queries([query], self.embedder.settings.threads)[0]
         best = np.full(len(self.leaves), -np.inf)
         np.maximum.at(best, self.owners, similarity)
         order = sorted(range(len(self.leaves)), key=lambda i: (-best[i], i))[:k]

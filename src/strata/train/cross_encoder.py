@@ -59,7 +59,9 @@ class EpochReport(BaseModel):
     epoch: int
     steps: int = Field(description="Optimisation steps so far")
     loss: float = Field(description="Mean training loss of the epoch")
-    validation: float = Field(description="Validation nDCG@10 of the cross-encoder alone, reranking the first stage")
+    validation: float | None = Field(
+        description="Validation nDCG@10 of the cross-encoder alone, reranking the first stage; None: not validated"
+    )
 
 
 class TrainingReport(BaseModel):
@@ -83,11 +85,12 @@ class TrainingReport(BaseModel):
         return self.epochs[-1].steps if self.epochs else 0
 
     def summary(self) -> str:
-        best = self.epochs[self.best_epoch - 1].validation if self.epochs else float("nan")
+        kept = self.epochs[self.best_epoch - 1].validation if self.epochs else None
+        shown = "not validated" if kept is None else f"{kept:.4f}"
         return (
             f"cross-encoder saved to {self.model_dir}: queries {self.queries}, pairs {sum(self.pairs.values())}, "
             f"{self.steps} steps; validation nDCG@10 ({sum(self.validation_queries.values())} queries): first stage "
-            f"{self.first_stage_validation:.4f}, cross-encoder {best:.4f} (epoch {self.best_epoch}); "
+            f"{self.first_stage_validation:.4f}, cross-encoder {shown} (epoch {self.best_epoch}); "
             f"{self.fusion.verdict()}; generation "
             f"{self.generation_seconds:.0f}s, training {self.training_seconds:.0f}s"
         )
@@ -184,7 +187,7 @@ def fit_cross_encoder(
     staged = output.with_name(output.name + ".partial")
     shutil.rmtree(staged, ignore_errors=True)
     reports: list[EpochReport] = []
-    best, steps, started = -1.0, 0, time.perf_counter()
+    steps, started = 0, time.perf_counter()
     for epoch in range(1, rerank.train_epochs + 1):
         rng.shuffle(groups)
         losses = []
@@ -216,12 +219,12 @@ def fit_cross_encoder(
                 log(f"  epoch {epoch} step {steps}: loss {np.mean(losses[-100:]):.3f} "
                     f"({time.perf_counter() - started:.0f}s)")
         network.eval()
-        score = validate(model) if validate is not None else float(-epoch)  # no validation: keep the last epoch
+        score = validate(model) if validate is not None else None
         reports.append(EpochReport(epoch=epoch, steps=steps, loss=float(np.mean(losses)) if losses else 0.0,
-                                   validation=max(score, 0.0)))
-        log(f"epoch {epoch}: loss {reports[-1].loss:.3f}, validation nDCG@10 {reports[-1].validation:.4f}")
-        if validate is None or score > best:
-            best = score
+                                   validation=score))
+        shown = "no validation" if score is None else f"validation nDCG@10 {score:.4f}"
+        log(f"epoch {epoch}: loss {reports[-1].loss:.3f}, {shown}")
+        if epoch == best_epoch(reports):  # better than every earlier epoch, or not validated (the last is kept)
             shutil.rmtree(staged, ignore_errors=True)
             model.save_pretrained(str(staged))
         elif epoch - best_epoch(reports) >= rerank.train_patience:
@@ -252,8 +255,9 @@ def install(staged: Path, output: Path) -> None:
 
 
 def best_epoch(reports: Sequence[EpochReport]) -> int:
-    """The first epoch with the best validation score (1-based)."""
-    return max(reports, key=lambda report: (report.validation, -report.epoch)).epoch
+    """The first epoch with the best validation score (1-based); without validation the last, the one kept."""
+    validated = [(report.validation, -report.epoch) for report in reports if report.validation is not None]
+    return -max(validated)[1] if validated else reports[-1].epoch
 
 
 def paper_vectors(corpus: Corpus) -> PaperVectors:

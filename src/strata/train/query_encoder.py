@@ -109,8 +109,9 @@ def train_query_encoder(corpus: Corpus, log: Log = stderr_line, progress: Progre
     def validate() -> float:
         model.eval()
         with torch.no_grad():
-            embedded = model.encode([query.query for query in held], normalize_embeddings=True,
-                                    convert_to_numpy=True, show_progress_bar=False)
+            # The query side, as search embeds a query (`Embedder.embed_queries`): a model's query prompt applies.
+            embedded = model.encode_query([query.query for query in held], normalize_embeddings=True,
+                                          convert_to_numpy=True, show_progress_bar=False)
         model.train()
         return mrr_at_10(embedded, vectors.vectors, held_targets)
 
