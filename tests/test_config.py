@@ -74,10 +74,8 @@ def test_a_home_folder_in_a_path_setting_is_expanded(monkeypatch):
     assert Settings.load(overrides={"store.home": "~/corpus"}).store.home == Path.home() / "corpus"
     monkeypatch.setenv("STRATA_RERANK__FEATURES_PATH", "~/features.sqlite3")
     assert Settings.load().rerank.features_path == Path.home() / "features.sqlite3"
-    # A default is expanded as a given value is: a dumped and reloaded section equals the one that was dumped.
-    toc = TocSettings()  # its question_cache default is under '~'
-    assert "~" not in str(toc.question_cache)
-    assert type(toc).model_validate_json(toc.model_dump_json()) == toc
+    # A default keeps its '~' (expanded where used): settings sent to a Ray worker name the worker's own home.
+    assert str(TocSettings().question_cache).startswith("~")
 
 
 def test_null_in_a_flag_or_an_environment_variable_unsets_an_optional_setting(monkeypatch):

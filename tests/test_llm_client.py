@@ -264,9 +264,9 @@ class ImpossibleBackend(ScriptedBackend):
         return Scoring(scores=scores, tokens_in=10)
 
 
-def test_continuations_all_scored_impossible_share_evenly_instead_of_nan():
+def test_continuations_all_scored_impossible_share_evenly_instead_of_nan_and_p_yes_is_no():
     client = LLMClient(ImpossibleBackend([]), LLMSettings())
-    assert client.p_yes(PROMPT) == 0.5
+    assert client.p_yes(PROMPT) == 0.0  # 0.5 would pass Read's default threshold
     assert probabilities(client.score(PROMPT, ["A", "B", "C", "D"])) == [0.25] * 4
 
 

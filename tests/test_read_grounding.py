@@ -37,6 +37,7 @@ INSUFFICIENT = "Insufficient information to answer the question"
         ("12 Å", "The CDRs form a deep, 12 A\u02da pocket."),  # how PDFs print an angstrom
         ("12 Hours", "Cells were starved for 12 hours."),  # a unit that is a word: any case
         ("3.5e-4", "The rate was 0.00035 per site."),  # scientific notation is the number it spells
+        ("54 years", "Mean age was 54 (SD 8) years."),  # the spread qualifies the value
     ],
 )
 def test_an_option_is_found_in_any_spelling_of_its_numbers_units_and_names(option, passage):
@@ -375,3 +376,10 @@ def test_a_verdict_is_decided_by_the_model_and_cites_the_first_papers_passages_t
 
     checked = validate_answer(answer, Store(), VERDICTS)
     assert checked.supported and checked.claims[0].citations == [1, 2]  # no passage words the verdict: kept
+
+
+def test_a_name_with_digits_compares_in_any_case_a_unit_after_a_number_does_not():
+    from strata.read.grounding import fine_tokens
+
+    assert fine_tokens("K548R") == fine_tokens("k548r") and fine_tokens("IL-17A") == fine_tokens("IL-17a")
+    assert fine_tokens("5 mW") != fine_tokens("5 MW") and fine_tokens("5mW") == fine_tokens("5 mW")

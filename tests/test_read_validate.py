@@ -159,6 +159,10 @@ def test_a_unit_belongs_to_its_own_number():
     assert not states_value("12", "mg", passage) and states_value("5", "mg", passage)
     assert states_value("12", "g", "gained 12 ± 3 g") and states_value("12", "g", "mass (g): 12")  # '± 3' is its own
     assert not states_value("5", "g", "mass (g): 12 and 5")
+    # A spread between a value and its unit qualifies the value: it is no other value.
+    assert states_value("54", "years", "Mean age was 54 (SD 8) years.")
+    assert states_value("36", "months", "median follow-up 36 (IQR 24–48) months")
+    assert states_value("4.2", "mg/ml", "4.2 (95% CI 3.9-4.5) mg/ml")
 
 
 def test_a_calculation_stands_only_on_facts_the_passage_states(store):

@@ -28,8 +28,7 @@ REFERENCES = {
 
 
 class FakeEmbedder:
-    class settings:  # noqa: N801 - mimics EmbeddingSettings
-        model = "fake"
+    identity = "fake"
 
     def __init__(self) -> None:
         self.embedded = 0

@@ -176,3 +176,16 @@ def test_minilm_rescoring_reorders_the_static_first_pass(tiny_model, tmp_path: P
     assert [h.rowid for h in rescored[3:]] == [others[2]]  # below the re-scored ones, in its place
     assert rescored[3].score < min(h.score for h in rescored[:3])
     store.close()
+
+
+def test_a_model_with_prompts_records_them_in_its_identity(tmp_path: Path) -> None:
+    packaged = resolve_model_path(EmbeddingSettings().model)
+    for source in packaged.iterdir():  # a copy of MiniLM by links, then its config given a query prompt
+        (tmp_path / source.name).symlink_to(source)
+    plain = encoder_identity(EmbeddingSettings(model=str(tmp_path)))
+    assert plain == str(tmp_path)  # no prompts: the identity existing indices recorded
+    config = tmp_path / "config_sentence_transformers.json"
+    config.unlink()
+    config.write_text('{"prompts": {"query": "query: ", "document": ""}}')
+    prompted = encoder_identity(EmbeddingSettings(model=str(tmp_path)))
+    assert prompted.startswith(str(tmp_path) + ":prompts-") and prompted != plain

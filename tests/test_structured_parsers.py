@@ -64,6 +64,10 @@ def test_heading_numbers_give_levels():
     assert split_title_number("2) Mixed Gaussian Rewards:") == ("2", 3, "Mixed Gaussian Rewards:")
     assert split_title_number("3.2. Citation Prediction") == ("3.2", 2, "Citation Prediction")
     assert split_title_number("2000 Census data") == (None, None, "2000 Census data")
+    # Only a lower-case word of letters makes the letter a genus initial ('E. coli'); these are numbered headings.
+    assert split_title_number("C. mRNA levels") == ("C", 2, "mRNA levels")
+    assert split_title_number("A. 3D reconstruction") == ("A", 2, "3D reconstruction")
+    assert split_title_number("S. cerevisiae growth") == (None, None, "S. cerevisiae growth")
     assert split_merged_heading("Model 2.1 Overview", "2") == [("Model", "2"), ("Overview", "2.1")]
     assert split_merged_heading("Results", "5") == [("Results", "5")]
     levels = HeadingLevels()

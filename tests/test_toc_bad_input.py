@@ -160,6 +160,12 @@ def test_zero_shot_windows_are_ranked_on_one_scale_and_a_window_of_one_choice_do
     ranking = retriever.rank(toc, "Where is the target?")
     assert [leaf.number for leaf in ranking.leaves][0] == "3" and len(ranking.leaves) == 2
     assert ranking.leaves[0].score > ranking.leaves[1].score
+    # Windows of k choices or fewer send only their winners on; the runners-up still fill the k asked for.
+    three = TocSettings(context_tokens=1024, answer_reserve_tokens=1018, top_k=3)
+    retriever = TocRetriever(SimpleNamespace(backend=PreferringBackend("3 Target")), three)  # type: ignore[arg-type]
+    leaves = retriever.rank(toc, "Where is the target?").leaves
+    assert [leaf.number for leaf in leaves][0] == "3" and len({leaf.number for leaf in leaves}) == 3
+    assert [leaf.score for leaf in leaves] == sorted((leaf.score for leaf in leaves), reverse=True)
 
 
 # A ToC of one leaf

@@ -27,9 +27,9 @@ UserPath = Annotated[Path, AfterValidator(Path.expanduser)]
 
 
 class _Section(BaseModel):
-    # Defaults validated too: a default path then has its '~' expanded as a given one does, so a saved settings dump
-    # (a training record) compares equal to the settings that wrote it.
-    model_config = ConfigDict(extra="forbid", validate_default=True)
+    # Defaults are not validated: a default path keeps its '~', expanded where it is used, so settings sent to Ray
+    # workers name each worker's own home (and need none where unused); a given path is expanded on reading.
+    model_config = ConfigDict(extra="forbid")
 
 
 class ChunkingSettings(_Section):
@@ -65,6 +65,7 @@ class StoreSettings(_Section):
     lock_timeout_s: float = Field(
         default=120.0,
         gt=0,
+        le=2_147_483,  # PostgreSQL's lock_timeout takes at most 2^31 - 1 ms (24.8 days)
         description="Wait this long for another process's database write or index sync on the same home, then "
         "fail with an error naming the holder",
     )

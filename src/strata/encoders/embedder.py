@@ -3,6 +3,8 @@ from it (`strata.encoders.static`), as `settings.backend` says."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import threading
 import warnings
@@ -45,7 +47,22 @@ def encoder_identity(settings: EmbeddingSettings) -> str:
     if settings.backend == "static":
         vocabulary = f":v{settings.static_vocabulary}" if settings.static_vocabulary else ""
         return f"static:{settings.model}:d{settings.static_dims}{vocabulary}"
-    return settings.model
+    try:
+        path = resolve_model_path(settings.model)
+    except ValueError:  # no model there: loading it says so, where one is needed
+        return settings.model
+    return settings.model + _prompts_mark(path)
+
+
+def _prompts_mark(path: Path) -> str:
+    """':prompts-HASH' when the model's config names prompts (its query or document side adds one), else '': vectors
+    embedded with a prompt are not those embedded without, so an index or cache built either way tells them apart."""
+    try:
+        config = json.loads((path / "config_sentence_transformers.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return ""
+    prompts = {name: prompt for name, prompt in (config.get("prompts") or {}).items() if prompt}
+    return f":prompts-{hashlib.sha256(json.dumps(prompts, sort_keys=True).encode()).hexdigest()[:8]}" if prompts else ""
 
 
 class Embedder:

@@ -236,7 +236,9 @@ def reusable_record(folder: Path, meta: AdapterMeta, wanted: TrainingRecord) -> 
         record = TrainingRecord.model_validate_json(path.read_text())
     except ValidationError:
         return None
-    same = record.model_dump(exclude={"report"}) == wanted.model_dump(exclude={"report"})
+    # `wanted` read back as the record was, so a default path compares in the form a reload gives it ('~' expanded).
+    reloaded = TrainingRecord.model_validate_json(wanted.model_dump_json())
+    same = record.model_dump(exclude={"report"}) == reloaded.model_dump(exclude={"report"})
     return record if same else None
 
 

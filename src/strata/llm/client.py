@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Sequence
 from typing import Any, Literal, TypeVar, cast, overload
@@ -159,8 +160,12 @@ class LLMClient:
 
     def p_yes(self, prompt: Prompt, *, trace: Trace | None = None) -> float:
         """P(yes) = p(yes) / (p(yes) + p(no)), 'yes' and 'no' in either case, as the start of the answer to
-        `prompt`: a yes/no judgement scored, not written."""
-        return sum(probabilities(self.score(prompt, [*_YES, *_NO], trace=trace))[: len(_YES)])
+        `prompt`: a yes/no judgement scored, not written. 0 when neither can be written (every score -inf): an even
+        share would be exactly 0.5, which passes Read's default threshold and ranks a paper mid-list."""
+        scores = self.score(prompt, [*_YES, *_NO], trace=trace)
+        if all(score.logprob == -math.inf for score in scores):
+            return 0.0
+        return sum(probabilities(scores)[: len(_YES)])
 
     def close(self) -> None:
         self.backend.close()

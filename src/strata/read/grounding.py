@@ -109,9 +109,19 @@ def _written_tokens(text: str) -> list[str]:
 
 def fine_tokens(text: str) -> list[str]:
     """Numbers (signed, in one spelling), words and meaningful symbols of `text`, in order; folded, except that a
-    unit right after a number keeps its `unit_form` ('5 mW' is not '5 MW')."""
-    tokens = _written_tokens(text)
-    return [unit_form(token) if at and is_number(tokens[at - 1]) else _folded(token) for at, token in enumerate(tokens)]
+    unit right after a number keeps its `unit_form` ('5 mW' is not '5 MW'), unless the three are one name
+    ('K548R' is 'k548r', 'IL-17A' 'IL-17a')."""
+    found = list(FINE.finditer(_written(text)))
+    tokens = [_number(match.group()) if is_number(match.group()) else match.group() for match in found]
+    return [unit_form(token) if at and is_number(tokens[at - 1]) and not _in_name(found, at) else _folded(token)
+            for at, token in enumerate(tokens)]  # fmt: skip
+
+
+def _in_name(found: Sequence[re.Match[str]], at: int) -> bool:
+    """Whether found[at] is glued to the number before it, itself glued (or hyphened) to letters before it."""
+    if at < 2 or found[at].start() != found[at - 1].end() or not found[at - 2].group().isalpha():
+        return False
+    return found[at - 1].start() - found[at - 2].end() <= 1
 
 
 def unit_tokens(text: str) -> list[str]:
@@ -190,11 +200,25 @@ def contains_sequence(haystack: Sequence[str], needle: Sequence[str]) -> bool:
     )
 
 
+SPREAD_WORDS = frozenset({"±", "sd", "se", "sem", "iqr", "ci", "range"})  # a spread's numbers belong to the value
+
+
 def first_number(tokens: Sequence[str]) -> int:
-    """The index of the first number among fine `tokens` that is not an uncertainty ('12 ± 3 g': the 3 is part of
-    the 12), len(tokens) when there is none."""
-    found = (at for at, token in enumerate(tokens) if is_number(token) and (at == 0 or tokens[at - 1] != "±"))
-    return next(found, len(tokens))
+    """The index of the first number among fine `tokens` that is not part of a spread, len(tokens) when there is
+    none: in '12 ± 3 g', '54 (SD 8) years', '36 (IQR 24-48) months' and '4.2 (95% CI 3.9-4.5) mg' the numbers after
+    the value qualify it. (A bare bracketed spread, '4.2 (3.9) mg', cannot be told from a second value once the
+    brackets are gone.)"""
+    spread = False
+    for at, token in enumerate(tokens):
+        word = token.lower()
+        if word in SPREAD_WORDS or (word == "d" and at and tokens[at - 1].lower() == "s"):  # 's.d.'
+            spread = True
+        elif is_number(token):
+            if not spread and [t.lower() for t in tokens[at + 1 : at + 3]] != ["%", "ci"]:  # '95% CI'
+                return at
+        elif word not in ("%", "s"):
+            spread = False
+    return len(tokens)
 
 
 def near_sequence(haystack: Sequence[str], needle: Sequence[str], gap: int) -> bool:

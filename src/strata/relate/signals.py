@@ -83,7 +83,8 @@ class PaperVectors:
         self.embedder = embedder
         self.source = source
         self.dense = dense
-        model_key = hashlib.sha256(str(embedder.settings.model).encode()).hexdigest()[:12]
+        # The encoder's identity (its backend and prompts with the model), as the dense index records it.
+        model_key = hashlib.sha256(embedder.identity.encode()).hexdigest()[:12]
         self.path = folder / f"paper-vectors-{source}-{model_key}.npz"
         self.ids: list[str] = []
         self.vectors = np.zeros((0, 0), dtype=np.float32)

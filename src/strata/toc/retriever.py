@@ -95,6 +95,7 @@ class TocRetriever:
         best `k` therefore go on to another round, in one view when they fit it, until one prompt ranks them all.
         """
         views = self.views(toc, scope)
+        knocked_out: list[TocEntry] = []  # those out of the running, the latest round's first
         while len(views) > 1:
             found = [self._decode(self.prompt(toc, view, query), view.choices, k) for view in views]
             field = sum(len(view.choices) for view in views)
@@ -103,8 +104,20 @@ class TocRetriever:
                 finalists = [ranked[0][0] for ranked in found]
             if len(finalists) == field:  # a window per choice: no prompt holds two of them, so they cannot be compared
                 return sorted((item for ranked in found for item in ranked), key=lambda item: -item[1])[:k]
+            # Each window's runners-up by their place in it: a later round's ranked above an earlier round's.
+            runners_up = [entry for place in range(1, k) for ranked in found if place < len(ranked)
+                          for entry in [ranked[place][0]] if entry not in finalists]  # fmt: skip
+            knocked_out = runners_up + knocked_out
             views = finalist_views(toc, scope, finalists, self._toc_budget(), self._count_tokens)
-        return self._decode(self.prompt(toc, views[0], query), views[0].choices, k)
+        final = self._decode(self.prompt(toc, views[0], query), views[0].choices, k)
+        return final + self._below(final, knocked_out[: k - len(final)])
+
+    @staticmethod
+    def _below(ranked: list[tuple[TocEntry, float]], rest: list[TocEntry]) -> list[tuple[TocEntry, float]]:
+        """`rest` in order, each scored a nat below the one before, under the last of `ranked`: windows shrunk to
+        their winners would otherwise leave fewer than k."""
+        floor = ranked[-1][1] if ranked else 0.0
+        return [(entry, floor - place) for place, entry in enumerate(rest, start=1)]
 
     def _decode(self, prompt: Prompt, choices: Sequence[TocEntry], k: int) -> list[tuple[TocEntry, float]]:
         by_number = {entry.number: entry for entry in choices}

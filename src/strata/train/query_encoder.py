@@ -163,7 +163,8 @@ def fit(
         if len(order) < batch:
             order += rng.sample(list(train), len(train))  # another shuffled pass over the queries
         chosen, order = order[:batch], order[batch:]
-        features = model.preprocess([query.query for query in chosen])
+        # With the query prompt, as `encode_query` embeds them at validation and search time.
+        features = model.preprocess([query.query for query in chosen], prompt=model.prompts.get("query") or None)
         embedded = torch.nn.functional.normalize(model(features)["sentence_embedding"], dim=-1)
         logits = embedded @ papers.T / rerank.query_encoder_temperature
         loss = torch.nn.functional.cross_entropy(logits, torch.tensor([row[query.paper_id] for query in chosen]))

@@ -94,8 +94,10 @@ def split_title_number(title: str) -> tuple[str | None, int | None, str]:
 
 
 def _is_initial(found: re.Match[str]) -> bool:
-    """A letter or roman 'number' before a word that is not capitalised is a genus initial: 'E. coli strains'."""
-    return bool(found.group("roman") or found.group("letter")) and not found.group("rest")[0].isupper()
+    """A letter or roman 'number' before a lower-case word of letters is a genus initial: 'E. coli strains' (not
+    'C. mRNA levels' or 'A. 3D reconstruction')."""
+    word = found.group("rest").split()[0]
+    return bool(found.group("roman") or found.group("letter")) and word.isalpha() and word.islower()
 
 
 def split_merged_heading(title: str, number: str | None) -> list[tuple[str, str | None]]:
