@@ -105,6 +105,27 @@ def test_a_changed_file_that_drops_a_record_drops_its_paper_and_nothing_else(tmp
         assert "b" not in corpus.searcher.search("zinc trial b colds", k=5, method="bm25").paper_ids
 
 
+def test_a_second_file_whose_paper_takes_a_stored_id_fails_and_replaces_nothing(tmp_path: Path):
+    import json
+
+    from strata.config import Settings
+    from strata.pipeline.ingest import ingest_file
+    from strata.store.sqlite import CorpusStore
+
+    first, second = tmp_path / "one" / "corpus.jsonl", tmp_path / "two" / "corpus.jsonl"
+    for path, title in ((first, "Zinc"), (second, "Iron")):
+        path.parent.mkdir()
+        path.write_text(json.dumps({"_id": "a", "title": f"{title} study", "text": f"{title} trial."}) + "\n")
+    with CorpusStore(tmp_path / "corpus.sqlite") as store:
+        assert ingest_file(store, first, Settings.load()).status == "ok"
+        clash = ingest_file(store, second, Settings.load())
+        assert clash.status == "failed" and f"already held by {first.resolve()}" in (clash.error or "")
+        assert store.get_paper("a").title == "Zinc study"  # the stored paper is kept
+        first.unlink()  # its file gone (moved or deleted): the id is free to take
+        assert ingest_file(store, second, Settings.load()).status == "ok"
+        assert store.get_paper("a").title == "Iron study"
+
+
 def test_a_pdf_with_nothing_but_a_title_fails_instead_of_storing_an_empty_paper(tmp_path: Path):
     # A cover page before scanned pages without a text layer: stored, it was a paper nothing could find.
     import pymupdf

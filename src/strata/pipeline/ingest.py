@@ -200,6 +200,10 @@ def store_file(
         if store.has_paper(paper.id, digest):
             outcome.papers_unchanged += 1
             continue
+        if (holder := _other_holder(store, paper.id, key)) is not None:
+            return record_failure(store, key, digest, f"paper id {paper.id!r} is already held by {holder}, which "
+                                  "still exists: rename one of them (a paper's id comes from its file name or "
+                                  "record); the stored paper is kept")  # fmt: skip
         paper.source_path = key  # the file's key, so its next version can find the papers it no longer holds
         store.put_paper(paper, digest)
         if added is not None:
@@ -210,6 +214,14 @@ def store_file(
     outcome.papers_removed = len(store.remove_papers_of_file(key, keep=seen))
     store.record_file(key, digest, "ok", paper_count=outcome.papers_added + outcome.papers_unchanged)
     return outcome
+
+
+def _other_holder(store: WritableStore, paper_id: str, key: str) -> str | None:
+    """The other file that `paper_id` is stored from, when that file is still there ('a b.pdf' and 'a_b.pdf', or
+    two folders' 'paper.pdf', make one id): storing would silently replace its paper. A file that is gone was
+    moved or deleted, and its paper may be replaced."""
+    holder = store.paper_source(paper_id)
+    return holder if holder and holder != key and Path(holder).exists() else None
 
 
 def record_failure(store: WritableStore, key: str, digest: str, reason: str) -> FileOutcome:

@@ -152,6 +152,11 @@ class SqlCorpusStore:
             return bool(self._query("SELECT 1 FROM papers WHERE id = ?", [paper_id]))
         return bool(self._query("SELECT 1 FROM papers WHERE id = ? AND file_sha256 = ?", [paper_id, file_sha256]))
 
+    def paper_source(self, paper_id: str) -> str | None:
+        """The file key the stored paper `paper_id` came from (None: no such paper, or none recorded)."""
+        rows = self._query("SELECT source_path FROM papers WHERE id = ?", [paper_id])
+        return rows[0][0] if rows else None
+
     def put_paper(self, paper: Paper, file_sha256: str) -> None:
         """Store `paper`, replacing any earlier version, in one transaction: a crash leaves the old or the new one."""
         self.put_papers([paper], file_sha256)
