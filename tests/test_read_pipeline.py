@@ -214,6 +214,7 @@ def test_an_answer_citing_evidence_it_was_not_given_is_refused_and_the_candidate
     invented = json.dumps({"answerable": True, "answer": "Controls gained 5 g.", "evidence": [4]})
     result = make_pipeline(RuleBackend([invented, invented])).ask(QUESTION)
     assert result.partial and result.error.startswith("synthesize failed")
+    assert result.answer.text.startswith("Writing the answer failed")  # not 'Reading failed': reading went well
     assert result.answer.evidence == [] and not result.answer.supported
     assert [reading.paper_id for reading in result.readings if reading.accepted] == ["good"]
 
@@ -225,6 +226,7 @@ def test_a_reader_failure_returns_the_candidates_and_papers_read_as_a_partial_re
     assert result.candidates.paper_ids == list(PAPERS)
     assert [(reading.paper_id, reading.accepted) for reading in result.readings] == [("good", True)]
     assert not result.answer.answerable and result.answer.choice is None
+    assert result.answer.text.startswith("Reading failed")
     assert (result.events[-1].stage, result.events[-1].status) == ("read", "failed")
 
 

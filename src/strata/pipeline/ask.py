@@ -135,7 +135,7 @@ class Pipeline:
             except Exception as error:  # noqa: BLE001
                 emit(stage, "failed", f"{type(error).__name__}: {error}")
                 return AskResult(
-                    answer=_failed_answer(question, answer_format, error),
+                    answer=_failed_answer(question, answer_format, stage, error),
                     candidates=candidates,
                     events=events,
                     trace=trace,
@@ -245,11 +245,12 @@ def _validation_detail(answer: Answer) -> str:
     return f"{state}; {len(answer.evidence)} citations kept, {answer.dropped_claims} claims dropped"
 
 
-def _failed_answer(question: str, answer_format: AnswerFormat, error: Exception) -> Answer:
+def _failed_answer(question: str, answer_format: AnswerFormat, stage: StageName, error: Exception) -> Answer:
+    doing = {"read": "Reading", "synthesize": "Writing the answer", "validate": "Checking the answer's citations"}
     return Answer(
         question=question,
         format=answer_format,
-        text=f"Reading failed ({type(error).__name__}); the candidate papers found are listed.",
+        text=f"{doing.get(stage, stage)} failed ({type(error).__name__}); the candidate papers found are listed.",
         supported=False,
         answerable=False,
     )

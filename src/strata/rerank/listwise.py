@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from functools import cache
 from pydantic import BaseModel, Field, create_model
@@ -40,6 +41,7 @@ class ListwiseLLM:
         self.window_tokens = window_tokens
         self.answer = answer
         self.errors = ParseErrors()
+        self._errors_lock = threading.Lock()  # the server may rank for several requests at once
         self._prompts = rerank_prompts()
 
     def order_window(self, query: str, texts: Sequence[str], count: int | None = None) -> list[int]:
@@ -60,7 +62,8 @@ class ListwiseLLM:
         except LLMError:
             ids = None  # an unusable answer (or a prompt over n_ctx) keeps the prior order, and is counted
         order, errors = parse_permutation(ids, n, count)
-        self.errors = self.errors + errors
+        with self._errors_lock:
+            self.errors = self.errors + errors
         return order
 
     def _written_ids(self, prompt: Prompt, n: int, count: int) -> list[int]:
