@@ -85,3 +85,18 @@ def test_ctrl_c_ends_with_a_line_not_a_traceback(tmp_path: Path, monkeypatch, ca
     tmp_path.joinpath("store").mkdir()
     assert cli.main(["stats", "--store.home", str(tmp_path / "store")]) == 130
     assert capsys.readouterr().err == "strata: interrupted\n"
+
+
+def test_ctrl_c_during_ingest_says_how_to_index_what_was_stored(tmp_path: Path, monkeypatch, capsys):
+    import strata.pipeline.ingest as ingest_module
+
+    def interrupted(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ingest_module, "ingest", interrupted)
+    folder = tmp_path / "papers"
+    folder.mkdir()
+    (folder / "a.jsonl").write_text('{"_id": "a", "title": "A", "text": "Zinc."}\n')
+    assert cli.main(["ingest", str(folder), "--quiet", "--store.home", str(tmp_path / "store")]) == 130
+    error = capsys.readouterr().err
+    assert "rerun the same `strata ingest` to index them" in error and error.endswith("strata: interrupted\n")

@@ -187,7 +187,12 @@ def cmd_ingest(args: argparse.Namespace, settings: Settings) -> int:
                 bar.set_postfix_str(f"{outcome.status}: {path.name}"[:60])
                 bar.update(1)
 
-            report = ingest(files, settings, progress=advance, features=args.features)
+            try:
+                report = ingest(files, settings, progress=advance, features=args.features)
+            except KeyboardInterrupt:  # the index syncs after the last file: say how to finish it, then stop
+                _stderr("strata: the papers stored so far are kept but not yet searchable: rerun the same `strata "
+                        "ingest` to index them (finished files are skipped)")
+                raise
     if args.json:
         _print_json(report)
     else:
