@@ -32,7 +32,7 @@ def test_ask_refuses_options_with_the_text_format_instead_of_answering_them_as_m
     monkeypatch.setattr("strata.corpus.require_corpus", lambda store: None)
     argv = ["ask", "Why?", "--options", "a", "b", "--format", "text", "--store.home", str(tmp_path)]
     assert cli.main(argv) == 2
-    assert "--options make a multiple-choice question" in capsys.readouterr().err
+    assert "options make a multiple-choice question: leave the format out" in capsys.readouterr().err
 
 
 def test_eval_qa_refuses_a_store_that_does_not_exist(tmp_path, capsys):

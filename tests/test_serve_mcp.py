@@ -28,6 +28,7 @@ async def _session(home: Path) -> dict:
             "missing": await client.call_tool("read_section", {"paper_id": KCNJ11, "section_path": ["Nowhere"]}),
             "one_option": await client.call_tool("ask", {"question": "Which?", "options": ["A"], "format": "mc"}),
             "long_option": await client.call_tool("ask", {"question": "Which?", "options": ["A", "B" * 1001]}),
+            "as_text": await client.call_tool("ask", {"question": "Which?", "options": ["A", "B"], "format": "text"}),
         }
 
 
@@ -67,3 +68,4 @@ def test_toc_and_read_section_walk_a_paper(session: dict) -> None:
 def test_ask_refuses_options_http_would_refuse_before_loading_anything(session: dict) -> None:
     assert session["one_option"].is_error and "at least two options" in session["one_option"].content[0].text
     assert session["long_option"].is_error and "1 to 1000 characters" in session["long_option"].content[0].text
+    assert session["as_text"].is_error and "leave the format out" in session["as_text"].content[0].text

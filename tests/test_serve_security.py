@@ -153,6 +153,8 @@ def test_malformed_and_oversized_bodies_and_queries_are_4xx(guarded) -> None:
     # The pipeline's own option rules, checked before anything loads (was: an error event after the model loaded).
     repeated = client.post("/ask", json={"question": "which?", "options": ["5 g", "12 g", "5  g"]})
     assert repeated.status_code == 400 and "given twice" in repeated.json()["detail"]
+    as_text = client.post("/ask", json={"question": "which?", "options": ["a", "b"], "format": "text"})
+    assert as_text.status_code == 400 and "leave the format out" in as_text.json()["detail"]  # not answered as MC
     assert client.post("/ask", json={"question": "q", "format": "poem"}).status_code == 422
     too_long = client.post("/ask", json={"question": "why " * 20})
     assert too_long.status_code == 400 and "serve.max_query_chars" in too_long.json()["detail"]

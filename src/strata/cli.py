@@ -27,7 +27,6 @@ if TYPE_CHECKING:
     from strata.eval.retrieval import RetrievalEvalResult
     from strata.eval.toc import TocEvalResult
     from strata.pipeline.ingest import IngestReport
-    from strata.read.model import AnswerFormat
 
 Handler = Callable[[argparse.Namespace, Settings], int]
 
@@ -374,7 +373,7 @@ def cmd_toc(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_ask(args: argparse.Namespace, settings: Settings) -> int:
     from typing import get_args
 
-    from strata.pipeline.ask import ask
+    from strata.pipeline.ask import ask, requested_format
     from strata.read.model import StageName
 
     stages = list(get_args(StageName))
@@ -382,9 +381,7 @@ def cmd_ask(args: argparse.Namespace, settings: Settings) -> int:
     def show_trace(event: Any) -> None:
         print(f"[{event.elapsed_s:6.1f}s] {event.stage} {event.status} {event.detail}", file=sys.stderr)
 
-    if args.options and args.format == "text":  # the pipeline answers options as multiple choice, whatever the format
-        raise ValueError("--options make a multiple-choice question: leave --format out, or give --format mc")
-    answer_format: AnswerFormat = args.format or ("mc" if args.options else "text")
+    answer_format = requested_format(args.options, args.format)
     with progress_bars(args) as bars:
 
         def show_stage(event: Any) -> None:  # on a terminal: which stage of the question is under way

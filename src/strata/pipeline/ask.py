@@ -220,6 +220,14 @@ REFERENCE_SLACK = 3  # extra chunks fetched per paper so that dropping reference
 MAX_OPTIONS = 26  # multiple-choice options are lettered A-Z
 
 
+def requested_format(options: Sequence[str] | None, answer_format: AnswerFormat | None) -> AnswerFormat:
+    """The format a client asked for, or its default: 'mc' with options, else 'text'. An explicit 'text' with options
+    is refused: the pipeline would answer them as multiple choice, not as asked."""
+    if options and answer_format == "text":
+        raise ValueError("options make a multiple-choice question: leave the format out, or ask for 'mc'")
+    return answer_format or ("mc" if options else "text")
+
+
 def checked_format(options: Sequence[str], answer_format: AnswerFormat) -> AnswerFormat:
     """The format a question with these options is answered in: options make it multiple choice ('text', the APIs'
     default, becomes 'mc'). Refused: a table with options (they would be ignored), fewer than two or more than 26

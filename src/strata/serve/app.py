@@ -69,7 +69,9 @@ class AskRequest(BaseModel):
     options: list[Annotated[str, Field(min_length=1, max_length=MAX_OPTION_CHARS)]] | None = Field(
         default=None, max_length=MAX_OPTIONS, description="Multiple choice: the options, verbatim"
     )
-    format: AnswerFormat = Field(default="text", description="'text', 'mc' (needs options) or 'table'")
+    format: AnswerFormat | None = Field(
+        default=None, description="'text', 'mc' (needs options) or 'table'; default 'mc' with options, else 'text'"
+    )
 
     @model_validator(mode="after")
     def _choices_need_options(self) -> AskRequest:

@@ -45,7 +45,8 @@ def build_mcp_server(settings: Settings, ask_fn: AskFunction | None = None) -> M
     async def ask(
         question: Annotated[str, Field(description="The question")],
         options: Annotated[list[str] | None, Field(description="Multiple choice: the options, verbatim")] = None,
-        format: Annotated[AnswerFormat, Field(description="'text', 'mc' or 'table'")] = "text",
+        format: Annotated[AnswerFormat | None, Field(
+            description="'text', 'mc' or 'table'; default 'mc' with options, else 'text'")] = None,
     ) -> Answer:
         """Answer a question from the corpus; every claim cites numbered evidence whose locator names exact text."""
         result = await _run(lambda: service.ask(question, options, format), service.llm_slots)

@@ -23,7 +23,7 @@ from pydantic import BaseModel, Field
 from strata.config import LLM_RERANKERS, Settings
 from strata.corpus import Corpus
 from strata.documents.model import Locator, Paper, Ranking, Section
-from strata.pipeline.ask import MAX_OPTIONS, checked_format
+from strata.pipeline.ask import MAX_OPTIONS, checked_format, requested_format
 from strata.pipeline.ingest import IngestReport
 from strata.read.model import AnswerFormat, AskResult, StageEvent
 from strata.rerank.base import FirstStage, Reranker
@@ -377,11 +377,12 @@ class CorpusService:
         self,
         question: str,
         options: list[str] | None = None,
-        answer_format: AnswerFormat = "text",
+        answer_format: AnswerFormat | None = None,
         on_event: Callable[[StageEvent], None] | None = None,
     ) -> AskResult:
+        """`answer_format` None: 'mc' with options, else 'text' (`requested_format`)."""
         self.check_query(question)
-        check_options(options or [], answer_format)
+        answer_format = check_options(options or [], answer_format)
         ask_fn = self.answer_function()
         with self.llm_slots:
             return ask_fn(question, self.settings, options=options, answer_format=answer_format, on_event=on_event)
@@ -448,12 +449,13 @@ class CorpusService:
         return report
 
 
-def check_options(options: list[str], answer_format: AnswerFormat) -> None:
-    """The rules every client's multiple-choice options meet (the pipeline's, checked before it loads; HTTP's
-    request model states the same ones), each option also bounded like a query."""
+def check_options(options: list[str], answer_format: AnswerFormat | None) -> AnswerFormat:
+    """The format asked for (`requested_format`), when the options meet the rules every client's multiple-choice
+    options meet (the pipeline's, checked before it loads; HTTP's request model states the same ones), each option
+    also bounded like a query."""
     if any(len(option) > MAX_OPTION_CHARS for option in options):
         raise ServiceError(f"every option needs 1 to {MAX_OPTION_CHARS} characters")
     try:
-        checked_format(options, answer_format)
+        return checked_format(options, requested_format(options, answer_format))
     except ValueError as error:
         raise ServiceError(str(error)) from error
