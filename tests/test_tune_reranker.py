@@ -79,9 +79,10 @@ def tuned(home: Path, monkeypatch, capsys, helpful: bool) -> tuple[dict, JudgeBa
     return report, backend
 
 
-def pointwise(home: Path, model: str, client: LLMClient, depth: int = 60):
+def pointwise(home: Path, model: str, client: LLMClient, depth: int = 60, **rerank: object):
     settings = Settings.load(overrides={"store.home": str(home), "index.dense": False, "llm.model": model,
-                                        "rerank.method": "pointwise", "rerank.pointwise_depth": depth})  # fmt: skip
+                                        "rerank.method": "pointwise", "rerank.pointwise_depth": depth,
+                                        **{f"rerank.{name}": value for name, value in rerank.items()}})  # fmt: skip
     return make_reranker(settings, CorpusStore(home / "corpus.sqlite3"), client)
 
 
@@ -118,6 +119,8 @@ def test_a_weight_chosen_for_one_model_or_depth_is_not_applied_to_another(home, 
     assert isinstance(other, PointwiseReranker)  # never tuned on that model: the reranker alone, as configured
     shallower = pointwise(home, Settings().llm.model, client, depth=20)
     assert isinstance(shallower, PointwiseReranker)  # tuned at depth 60, another reranker at 20: alone too
+    shorter = pointwise(home, Settings().llm.model, client, window_tokens=1024)
+    assert isinstance(shorter, PointwiseReranker)  # another prompt budget: another reranker
 
 
 def test_a_corpus_too_small_to_measure_on_gets_a_clear_error(tmp_path, monkeypatch, capsys):

@@ -238,7 +238,8 @@ def tuned_fusion_file(settings: Settings, method: str) -> Path:
 
 # The rerank settings a tuned weight depends on: at another value it would be another reranker's weight.
 TUNED_CAPS = ("pool", "pointwise_depth", "listwise_depth", "passage_words", "window", "stride", "sliding_depth",
-              "fine_k", "listwise_answer")  # fmt: skip
+              "fine_k", "listwise_answer", "window_tokens", "keywords", "sections", "features_input_words",
+              "random_seed")  # fmt: skip
 
 
 def tuned_fusion(settings: Settings, method: str) -> TunedFusion | None:
