@@ -22,7 +22,11 @@ def test_a_command_reading_a_corpus_refuses_a_home_that_does_not_exist(tmp_path,
     monkeypatch.setattr("strata.pipeline.ask.ask", never_called)  # else `ask` would load the LLM to say nothing
     typo = tmp_path / "corpsu"
     assert cli.main([*command, "--store.home", str(typo)]) == 2
-    assert f"no corpus at {typo}" in capsys.readouterr().err
+    assert f"no corpus at {typo} (no such folder)" in capsys.readouterr().err
+    # A folder that exists but holds no corpus (the home of something else): nothing is created in it.
+    assert cli.main([*command, "--store.home", str(tmp_path)]) == 2
+    assert f"no corpus at {tmp_path} (no corpus.sqlite3 in it)" in capsys.readouterr().err
+    assert not (tmp_path / "corpus.sqlite3").exists()
     assert not typo.exists()
 
 
@@ -82,7 +86,7 @@ def test_ctrl_c_ends_with_a_line_not_a_traceback(tmp_path: Path, monkeypatch, ca
         raise KeyboardInterrupt
 
     monkeypatch.setattr(cli, "cmd_stats", interrupted)
-    tmp_path.joinpath("store").mkdir()
+    monkeypatch.setattr("strata.corpus.require_corpus", lambda store: None)
     assert cli.main(["stats", "--store.home", str(tmp_path / "store")]) == 130
     assert capsys.readouterr().err == "strata: interrupted\n"
 

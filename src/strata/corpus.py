@@ -18,7 +18,7 @@ from strata.index.protocol import VectorIndex
 from strata.llm.packaged import deciding_model
 from strata.retrieve.hybrid import HybridSearcher
 from strata.retrieve.protocol import Searcher
-from strata.store import open_store
+from strata.store import local_store_path, open_store
 from strata.store.protocol import PaperStore, WritableStore
 
 if TYPE_CHECKING:
@@ -125,11 +125,12 @@ class Corpus:
 
 
 def require_corpus(store: StoreSettings) -> None:
-    """Raise FileNotFoundError unless `store.home` exists. Opening a store creates it, so a command that only reads
-    a corpus would otherwise make a new, empty one under a mistyped home and find nothing there, successfully."""
+    """Raise FileNotFoundError unless `store.home` holds a corpus. Opening a store creates it, so a command that only
+    reads a corpus would otherwise make a new, empty one under a mistyped home and find nothing there, successfully."""
     if store.backend == "postgres" and store.postgres_url:
         return  # the corpus lives in the server the URL names
-    if not store.home.is_dir():
+    if not local_store_path(store).exists():
         home = store.home.absolute()
-        raise FileNotFoundError(f"no corpus at {home} (no such folder); `strata ingest PATH --store.home {home}` "
+        missing = "no such folder" if not home.is_dir() else f"no {local_store_path(store).name} in it"
+        raise FileNotFoundError(f"no corpus at {home} ({missing}); `strata ingest PATH --store.home {home}` "
                                 "makes one")
