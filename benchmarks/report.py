@@ -399,9 +399,12 @@ def render_summary(results: dict[str, ResultFile]) -> str:
         compared: list[tuple[str, Experiment | None]] = [
             (name, baseline) for name, baseline in baselines if baseline and claim.metric in baseline.metrics
         ]
+        files = {name: measure.file for name, measure in claim.baselines}
         for name, baseline in compared or [("none measured yet", None)]:
             score = f"{system.metrics[claim.metric]:.3f} (n {system.queries})"
             against = f"{name}: {baseline.metrics[claim.metric]:.3f} (n {baseline.queries})" if baseline else name
+            if baseline is not None:
+                against += _other_first_stage(results, claim, system, files[name], baseline)
             rows.append(
                 [
                     claim.method,
@@ -428,13 +431,31 @@ def _measured(results: dict[str, ResultFile], measure: Measure) -> Experiment | 
 
 
 def _delta(results: dict[str, ResultFile], claim: Claim, system: Experiment, baseline: Experiment) -> str:
+    """The difference with its paired p-value; labelled smoke under MIN_QUERIES, and 'no paired test' where neither
+    a recorded test nor per-query scores of both rows on the same queries back it (it claims nothing then)."""
     delta = f"{system.metrics[claim.metric] - baseline.metrics[claim.metric]:+.3f}"
     if _smoke(system.queries, baseline.queries):
         return f"{delta} ({SMOKE})"
     p_value = _recorded_p(results[claim.system.file], claim.metric, system, baseline)
     if p_value is None:
-        p_value = _paired_rows(system, baseline, claim.metric)
-    return delta if p_value is None else f"{delta} (p {p_value:.4f})"
+        p_value = _paired_rows(results, system, baseline, claim.metric)
+    return f"{delta} (no paired test)" if p_value is None else f"{delta} (p {p_value:.4f})"
+
+
+def _other_first_stage(
+    results: dict[str, ResultFile], claim: Claim, system: Experiment, baseline_file: str, baseline: Experiment
+) -> str:
+    """A note when the baseline row comes from another run whose first stage (the candidates both reranked) scored
+    otherwise: the two rows then reranked different candidates."""
+    if baseline_file == claim.system.file or system.group is None or baseline.group != system.group:
+        return ""
+    name = f"{system.group}: hybrid (first stage)"
+    ours = _measured(results, Measure(claim.system.file, name))
+    theirs = _measured(results, Measure(baseline_file, name))
+    if ours is None or theirs is None or claim.metric not in ours.metrics or claim.metric not in theirs.metrics:
+        return ""
+    mine, other = ours.metrics[claim.metric], theirs.metrics[claim.metric]
+    return "" if round(mine, 4) == round(other, 4) else f" (over another first stage: {other:.3f}, ours {mine:.3f})"
 
 
 def _smoke(*queries: int | None) -> bool:
@@ -460,17 +481,24 @@ def _recorded_p(result: ResultFile, metric: str, system: Experiment, baseline: E
     paired = system.details.get("paired_test", {})
     if paired.get("metric") == metric and paired.get("against") == baseline.method and baseline.group == system.group:
         return float(paired["p_value"])
+    relate = system.details.get("p_vs_relate_off", {})  # lit3r_retrieval.py: each Relate variant against its A
+    if metric in relate and baseline.details.get("fusion") == "off" and system.method.startswith(baseline.method):
+        return float(relate[metric])
     return None
 
 
-def _paired_rows(system: Experiment, baseline: Experiment, metric: str) -> float | None:
-    """The paired test of two rows that carry their per-query scores inline on the same queries (rows of two runs,
-    e.g. two models, that no run tested against each other); None where either lacks them."""
-    if not isinstance(system.per_query, list) or not isinstance(baseline.per_query, list):
+def _paired_rows(
+    results: dict[str, ResultFile], system: Experiment, baseline: Experiment, metric: str
+) -> float | None:
+    """The paired test of two rows that carry their per-query scores, inline or in the per-query file they name, on
+    the same queries (rows of two runs, e.g. two models, that no run tested against each other); None where either
+    lacks them."""
+    rows = [row if isinstance(row.per_query, list) else _per_query_row(results, row) for row in (system, baseline)]
+    if any(row is None or not isinstance(row.per_query, list) for row in rows):
         return None
     try:
-        ours = row_scores(system.per_query, metric, system.name)
-        theirs = row_scores(baseline.per_query, metric, baseline.name)
+        ours = row_scores(rows[0].per_query, metric, system.name)  # type: ignore[union-attr,arg-type]
+        theirs = row_scores(rows[1].per_query, metric, baseline.name)  # type: ignore[union-attr,arg-type]
     except ValueError:  # a row without the claim's metric: nothing to pair
         return None
     if not ours or ours.keys() != theirs.keys():

@@ -105,8 +105,22 @@ def test_two_runs_rows_with_inline_per_query_scores_get_a_paired_test_and_others
     results = {"a.json": new_result("b.py", [better])}
     assert report._delta(results, claim, better, worse) == "+0.800 (p 0.0002)"
     fewer = _run("b", [0.1] * 110)  # not the same queries: no pairing
-    assert report._delta(results, claim, better, fewer) == "+0.800"
-    assert report._delta(results, claim, better, Experiment(name="c", method="c", metrics={"nDCG@10": 0.5})) == "+0.400"
+    assert report._delta(results, claim, better, fewer) == "+0.800 (no paired test)"
+    unknown = Experiment(name="c", method="c", metrics={"nDCG@10": 0.5})
+    assert report._delta(results, claim, better, unknown) == "+0.400 (no paired test)"
+
+
+def test_rows_whose_per_query_scores_are_in_files_they_name_get_a_paired_test() -> None:
+    report = load_report()
+    claim = report.Claim("m", "set", "nDCG@10", report.Measure("a.json", "a"), ())
+    better, worse = _run("a", [0.9] * 120), _run("b", [0.1] * 120)
+    named = [row.model_copy(update={"per_query": f"benchmarks/results/parts/{row.name}.json"})
+             for row in (better, worse)]
+    results = {"a.json": new_result("b.py", [named[0]]),
+               **{f"parts/{row.name}.json": new_result("b.py", [row]) for row in (better, worse)}}  # fmt: skip
+    assert report._delta(results, claim, *named) == "+0.800 (p 0.0002)"
+    del results["parts/b.json"]  # a file that is not there: nothing to pair
+    assert report._delta(results, claim, *named) == "+0.800 (no paired test)"
 
 
 def _run(name: str, scores: list[float]) -> Experiment:
@@ -148,7 +162,8 @@ def test_a_part_test_that_names_no_baseline_part_is_against_the_systems_own_part
     claim = report.Claim("m", "set", "R@1", report.Measure("stair-cpu.json", "new/stair/all"), ())
     results = {"stair-cpu.json": result}
     assert report._delta(results, claim, stair, same_part) == "+0.100 (p 0.4000)"
-    assert report._delta(results, claim, stair, other_part) == "+0.200"  # that test paired other questions' rows
+    # That test paired other questions' rows.
+    assert report._delta(results, claim, stair, other_part) == "+0.200 (no paired test)"
 
 
 def test_a_p_value_a_run_recorded_is_not_shown_against_a_row_of_another_run_or_part() -> None:
@@ -163,8 +178,8 @@ def test_a_p_value_a_run_recorded_is_not_shown_against_a_row_of_another_run_or_p
     own_first, system, other_part = results["a.json"].experiments
     claim = report.Claim("m", "set", "nDCG@10", report.Measure("a.json", "ce: hybrid > x"), ())
     assert report._delta(results, claim, system, own_first) == "-0.100 (p 0.0010)"
-    assert report._delta(results, claim, system, results["b.json"].experiments[0]) == "-0.100"
-    assert report._delta(results, claim, system, other_part) == "-0.100"
+    assert report._delta(results, claim, system, results["b.json"].experiments[0]) == "-0.100 (no paired test)"
+    assert report._delta(results, claim, system, other_part) == "-0.100 (no paired test)"
 
 
 def test_a_reranker_is_compared_with_the_first_stage_of_its_own_run() -> None:
