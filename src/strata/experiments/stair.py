@@ -236,9 +236,11 @@ def reusable_record(folder: Path, meta: AdapterMeta, wanted: TrainingRecord) -> 
         record = TrainingRecord.model_validate_json(path.read_text())
     except ValidationError:
         return None
-    # `wanted` read back as the record was, so a default path compares in the form a reload gives it ('~' expanded).
-    reloaded = TrainingRecord.model_validate_json(wanted.model_dump_json())
-    same = record.model_dump(exclude={"report"}) == reloaded.model_dump(exclude={"report"})
+    # `wanted`'s settings read back as the record's were, so a default path compares in the form a reload gives it
+    # ('~' expanded); its report is a placeholder, never validated.
+    settings = TocSettings.model_validate_json(wanted.settings.model_dump_json())
+    same = record.model_dump(exclude={"report"}) == wanted.model_copy(update={"settings": settings}).model_dump(
+        exclude={"report"})
     return record if same else None
 
 
