@@ -236,3 +236,23 @@ def test_an_unknown_paper_id_is_a_clear_error_naming_it(tmp_path, monkeypatch, c
     monkeypatch.setattr("strata.train.toc.make_client", NoModel("make_client"))
     assert cli.main([*command, *flags]) == 2
     assert "strata: error: no document with id or title 'no-such-paper' in the corpus" in capsys.readouterr().err
+
+
+def test_an_adapter_for_a_toc_that_changed_since_training_is_refused_before_any_model_loads(tmp_path, monkeypatch):
+    from strata.toc.adapter import ADAPTER_META, AdapterMeta
+    from strata.toc.tree import toc_digest
+
+    trained, changed = book("the-book", chapters=2, sections=2), book("the-book", chapters=3, sections=2)
+    settings, _ = store_with(tmp_path, changed)  # re-ingested since: a chapter more
+    monkeypatch.setattr("strata.toc.adapter.load_base_model", NoModel("load_base_model"))
+    folder = settings.store.home / "toc" / "adapters" / "the-book" / "stair"
+    folder.mkdir(parents=True)
+    meta = AdapterMeta(mode="stair", base_model="base", paper_ids=["the-book"], lora_r=8, lora_alpha=16,
+                       tocs={"the-book": toc_digest(document_toc(trained))})  # fmt: skip
+    (folder / ADAPTER_META).write_text(meta.model_dump_json())
+    with pytest.raises(ValueError, match="the-book's ToC changed since this adapter was trained"):
+        answer_from_toc(settings, changed, "What is topic 3 1 about?", k=3)
+    meta.tocs["the-book"] = toc_digest(document_toc(changed))  # the same ToC: it goes on to load the model
+    (folder / ADAPTER_META).write_text(meta.model_dump_json())
+    with pytest.raises(AssertionError, match="load_base_model"):
+        answer_from_toc(settings, changed, "What is topic 3 1 about?", k=3)

@@ -251,7 +251,8 @@ def _missing_questions(model: CausalLM, encoder: PromptEncoder, book: BookJob, j
     start = encoder.text_ids(QUESTIONS_ANSWER_START)
     prompts = {leaf.number: question_prompts(book.toc, leaf, job.settings) for leaf in leaves}
     flat = [prompt for leaf in leaves for prompt in prompts[leaf.number]]
-    each = -(-job.settings.questions_per_leaf // job.settings.passages_per_leaf)
+    # A short leaf has fewer passages, so each of its prompts asks for more: room for the most any prompt asks.
+    each = max(-(-job.settings.questions_per_leaf // len(prompts[leaf.number])) for leaf in leaves)
     texts = iter(
         generate_texts(
             model,

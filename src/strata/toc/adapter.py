@@ -13,6 +13,8 @@ from pydantic import BaseModel, Field
 from strata.llm.hf import load_base_model, load_base_tokenizer, resolve_device  # noqa: F401 (their home before)
 from strata.rerank.fusion import FusionChoice
 from strata.toc.encode import Mode
+from strata.toc.model import DocumentToc
+from strata.toc.tree import toc_digest
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -33,6 +35,9 @@ class AdapterMeta(BaseModel):
     )
     fusion: FusionChoice | None = Field(
         default=None, description="The weight of the adapter's order in the fused retriever, chosen on dev questions"
+    )
+    tocs: dict[str, str] = Field(
+        default_factory=dict, description="`toc_digest` of each ToC trained on, by paper id (empty: not recorded)"
     )
     answer_format: str = Field(
         default="number title",
@@ -66,6 +71,15 @@ def read_adapter_meta(folder: Path) -> AdapterMeta:
     if not meta_path.is_file():
         raise FileNotFoundError(f"{folder} holds no ToC adapter ({ADAPTER_META} missing)")
     return AdapterMeta.model_validate(json.loads(meta_path.read_text()))
+
+
+def check_toc(meta: AdapterMeta, toc: DocumentToc, folder: Path) -> None:
+    """Refuse an adapter for a ToC that changed since it was trained (the document re-ingested, its ToC induced
+    anew): it would answer with the old leaves' labels, and the trie would map them onto other leaves."""
+    trained = meta.tocs.get(toc.paper_id)
+    if trained is not None and trained != toc_digest(toc):
+        raise ValueError(f"{folder}: {toc.paper_id}'s ToC changed since this adapter was trained on it; train it "
+                         "again (strata train-toc) or answer without it (--toc.use_adapter false)")
 
 
 def load_adapter(model: PreTrainedModel, folder: Path, base_identity: str, mode: Mode | None = None) -> Any:

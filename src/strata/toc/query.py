@@ -136,17 +136,18 @@ def toc_for(paper: Paper, settings: Settings, client: LLMClient | None) -> tuple
 def _adapter_ranking(settings: Settings, folder: Path, toc: DocumentToc, question: str, k: int) -> LeafRanking:
     """The adapter's answer: fused with hybrid search when it was trained with a fusion weight (and
     toc.fusion_candidates is not 0), else its constrained decoding over the whole ToC."""
-    from strata.toc.adapter import load_adapter, load_base_model, read_adapter_meta, resolve_device
+    from strata.toc.adapter import check_toc, load_adapter, load_base_model, read_adapter_meta, resolve_device
     from strata.toc.decode import rank_questions
     from strata.toc.encode import PromptEncoder
 
     started = time.perf_counter()
+    meta = read_adapter_meta(folder)
+    check_toc(meta, toc, folder)  # before the base model loads
     device = resolve_device(settings.toc.device)
     model, tokenizer, identity = load_base_model(
         settings.toc.train_model, settings.llm.model_dir, device, settings.toc.threads
     )
     tuned = load_adapter(model, folder, identity)
-    meta = read_adapter_meta(folder)
     encoder = PromptEncoder(tokenizer, settings.toc)
     if meta.fusion is not None and settings.toc.fusion_candidates > 0:
         retriever = fused_retriever(settings, toc, tuned, encoder, meta.adapt_toc, meta.fusion.weight)

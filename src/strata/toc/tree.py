@@ -12,6 +12,7 @@ whose best choices then meet in views of their own (`finalist_views`).
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -196,3 +197,8 @@ def _view(context: list[str], shown: Sequence[TocEntry], lines: list[str], depth
 def render_toc(toc: DocumentToc) -> str:
     """The whole ToC, every level open (what STAIR is trained on when it fits)."""
     return "\n".join(render_line(entry) for entry in toc.entries)
+
+
+def toc_digest(toc: DocumentToc) -> str:
+    """SHA-256 (16 hex digits) of the ToC as rendered: an adapter learned these leaves and no others."""
+    return hashlib.sha256(render_toc(toc).encode()).hexdigest()[:16]

@@ -17,6 +17,7 @@ from strata.toc.adapter import ANSWER_FORMAT, AdapterMeta
 from strata.toc.decode import PrefixCache, autocast, rank_prompts
 from strata.toc.encode import Example, Mode, PromptEncoder, shared_prefix_length
 from strata.toc.model import DocumentToc, TrainingQuestion
+from strata.toc.tree import toc_digest
 from strata.toc.trie import LabelTrie
 from strata.progress import Progress, tell
 
@@ -83,6 +84,7 @@ def adapter_meta(mode: Mode, base_identity: str, tocs: Sequence[DocumentToc], se
         mode=mode,
         base_model=base_identity,
         paper_ids=[toc.paper_id for toc in tocs],
+        tocs={toc.paper_id: toc_digest(toc) for toc in tocs},
         lora_r=settings.lora_r,
         lora_alpha=settings.lora_alpha,
         answer_format=ANSWER_FORMAT,
