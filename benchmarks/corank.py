@@ -231,8 +231,11 @@ class Bench:
         if against is not None:
             baseline, system = self.ndcg[f"{subset}: {against}"], self.ndcg[f"{subset}: {name}"]
             ids = sorted(baseline)
+            # The baseline's mean too: a later run that merges this row may measure its baseline again (report.py
+            # then pairs the per-query rows instead of showing this p).
             details["paired_test"] = {"against": against, "metric": "nDCG@10", "p_value": paired_p_value(
-                np.array([baseline[q] for q in ids]), np.array([system[q] for q in ids]))}
+                np.array([baseline[q] for q in ids]), np.array([system[q] for q in ids])),
+                "baseline_mean": round(float(np.mean([baseline[q] for q in ids])), 4)}
         row = Experiment(
             name=f"{subset}: {name}", method=name, dataset="scifact", group=subset, queries=queries,
             metrics={k: round(v, 4) for k, v in metrics.items()}, cost=cost, details=details,
@@ -490,9 +493,11 @@ def listwise_method(bench: Bench, store, client, method: str, queries, capped: d
 
 def _comparable(caps: dict) -> dict:
     """The caps that decide what a row means (not which methods ran, nor how many threads they had; a cap left
-    unset equals one a run made before it existed)."""
-    return {name: value for name, value in caps.items()
-            if name not in ("methods", "no_train", "llm_threads") and value is not None}
+    unset or empty equals one a run made before it existed), in their JSON form: a result file read back holds
+    lists where this run holds tuples (--set's pairs)."""
+    plain = json.loads(json.dumps(caps))
+    return {name: value for name, value in plain.items()
+            if name not in ("methods", "no_train", "llm_threads") and value not in (None, [])}
 
 
 def print_table(result: ResultFile) -> None:

@@ -479,7 +479,10 @@ def _recorded_p(result: ResultFile, metric: str, system: Experiment, baseline: E
         ):
             return float(test["p_value"])
     paired = system.details.get("paired_test", {})
-    if paired.get("metric") == metric and paired.get("against") == baseline.method and baseline.group == system.group:
+    same_baseline = abs(paired.get("baseline_mean", baseline.metrics.get(metric, 0.0)) - baseline.metrics.get(
+        metric, 0.0)) < 1e-4  # a baseline measured again since (a merged run) is another baseline
+    if (paired.get("metric") == metric and paired.get("against") == baseline.method
+            and baseline.group == system.group and same_baseline):
         return float(paired["p_value"])
     relate = system.details.get("p_vs_relate_off", {})  # lit3r_retrieval.py: each Relate variant against its A
     if metric in relate and baseline.details.get("fusion") == "off" and system.method.startswith(baseline.method):

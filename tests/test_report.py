@@ -180,6 +180,11 @@ def test_a_p_value_a_run_recorded_is_not_shown_against_a_row_of_another_run_or_p
     assert report._delta(results, claim, system, own_first) == "-0.100 (p 0.0010)"
     assert report._delta(results, claim, system, results["b.json"].experiments[0]) == "-0.100 (no paired test)"
     assert report._delta(results, claim, system, other_part) == "-0.100 (no paired test)"
+    # A row merged into a later run whose first stage was measured again: its p was against another baseline.
+    moved = reranked.model_copy(update={"details": {"paired_test": test | {"baseline_mean": 0.71}}})
+    assert report._delta(results, claim, moved, own_first) == "-0.100 (no paired test)"
+    kept = reranked.model_copy(update={"details": {"paired_test": test | {"baseline_mean": 0.7}}})
+    assert report._delta(results, claim, kept, own_first) == "-0.100 (p 0.0010)"
 
 
 def test_a_reranker_is_compared_with_the_first_stage_of_its_own_run() -> None:
