@@ -3,7 +3,9 @@
 Gold is a section (module) path, one level above most leaves. A predicted leaf matches when the gold path is a
 prefix of the leaf's path, so a ranking of leaves is read as a ranking of gold-level units: each leaf is cut to the
 gold's depth and only its first occurrence counts. R@k is then whether the gold unit is in the top k, and nDCG@3 is
-1/log2(1 + rank) of the gold unit (one relevant unit per query). Metrics come from ir_measures (trec_eval).
+1/log2(1 + rank) of the gold unit (one relevant unit per query). Metrics come from ir_measures (trec_eval). Rankers
+return their top K leaves, so R@3 and nDCG@3 read the units of the top 3 leaves: two leaves of one section make
+one unit, and a ranker whose top leaves cluster in one section is scored on fewer than 3 units (R@1 is exact).
 Hallucination is the share of queries whose free generation names no leaf (methods that generate only).
 
 `run_toc_eval` (`strata eval toc`) ranks every question of a dataset with one method, scores it and writes a
