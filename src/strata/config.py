@@ -313,7 +313,8 @@ class TocSettings(_Section):
     )
     passage_words: int = Field(default=160, ge=32, description="Words of each passage shown to the question writer")
     dev_fraction: float = Field(
-        default=0.25, ge=0, lt=1, description="Share of each leaf's synthetic questions held out for early stopping"
+        default=0.25, gt=0, lt=1, description="Share of each leaf's synthetic questions held out for early stopping "
+        "and the fusion weight (0 would leave both deciding on nothing: stopping at the first check, weight 0)"
     )
     question_cache: UserPath = Field(
         default=Path("~/.cache/strata/toc-questions"),

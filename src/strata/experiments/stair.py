@@ -157,7 +157,8 @@ def run_job(
 
 def _questions_stage(runs: StairRuns, model: Any, encoder: PromptEncoder, job: StairJob, log: Log) -> None:
     started = time.perf_counter()
-    runs.generated_questions = {book.toc.paper_id: _missing_questions(model, encoder, book, job) for book in job.books}
+    for book in job.books:  # book by book: a failure on one keeps the questions of those before it
+        runs.generated_questions[book.toc.paper_id] = _missing_questions(model, encoder, book, job)
     runs.question_seconds = time.perf_counter() - started
     generated = sum(len(leaves) for leaves in runs.generated_questions.values())
     log(f"generated questions for {generated} leaves in {runs.question_seconds:.0f}s")

@@ -66,6 +66,8 @@ def training_examples(
     train: list[Example] = []
     dev: list[Example] = []
     for toc in tocs:
+        if toc.paper_id not in splits:
+            raise ValueError(f"{toc.paper_id} has no training questions (did generating them fail?)")
         for item in splits[toc.paper_id]:
             example = encoder.example(mode, toc, toc.entry(item.leaf), item.question)
             (train if item.split == "train" else dev).append(example)
