@@ -383,3 +383,18 @@ def test_a_name_with_digits_compares_in_any_case_a_unit_after_a_number_does_not(
 
     assert fine_tokens("K548R") == fine_tokens("k548r") and fine_tokens("IL-17A") == fine_tokens("IL-17a")
     assert fine_tokens("5 mW") != fine_tokens("5 MW") and fine_tokens("5mW") == fine_tokens("5 mW")
+
+
+def test_options_with_citation_marks_are_grounded_on_their_words():
+    marked = [f"{option} [{n}]" for n, option in enumerate(OPTIONS, start=2)]  # '[3]' is no number the option states
+    answer = synthesizer(LetterBackend("42 °C"), choice="grounding")._choose(QUESTION, marked, ASSAY, Trace())
+    assert answer.choice == "37 °C [3]" and answer.claims[0].citations == [2]
+
+
+def test_an_option_chosen_by_elimination_cites_the_passage_stating_it():
+    from strata.read.synthesize import citing
+
+    passages = ["Under hypoxia ABC1 was strongly upregulated in the cells.", "XYZ9 expression was measured in cells.",
+                "Hypoxia upregulated KLM4 too."]  # fmt: skip
+    grounding = ground("Which gene is not upregulated by hypoxia?", ["ABC1", "XYZ9", "KLM4"], passages)
+    assert grounding.shares() == [0.0, 1.0, 0.0] and citing(grounding.options[1]) == [1]

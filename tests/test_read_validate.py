@@ -163,6 +163,17 @@ def test_a_unit_belongs_to_its_own_number():
     assert states_value("54", "years", "Mean age was 54 (SD 8) years.")
     assert states_value("36", "months", "median follow-up 36 (IQR 24–48) months")
     assert states_value("4.2", "mg/ml", "4.2 (95% CI 3.9-4.5) mg/ml")
+    # A unit before the value that follows another number is that number's.
+    assert not states_value("12", "mg", "The dose was raised from 5 mg to 12 g.")
+    assert not states_value("12", "mg", "Mice received 5 mg and 12 injections.")
+
+
+def test_the_digits_of_a_name_are_no_value():
+    from strata.read.validate import states_value
+
+    assert not states_value("6", "", "IL-6 was elevated in all 40 patients.")
+    assert not states_value("53", "", "p53 was mutated in 12 tumours.")
+    assert states_value("40", "", "IL-6 was elevated in all 40 patients.") and states_value("12", "", "in 12 tumours")
 
 
 def test_a_calculation_stands_only_on_facts_the_passage_states(store):
@@ -191,7 +202,8 @@ def test_a_signed_or_leading_point_number_is_its_own_value(store):
 
     assert not states_value("-3", "°C", "the core rose by 3 °C") and states_value("-3", "°C", "fell to −3 °C")
     assert states_value("0.05", "", "p < .05") and not states_value("5", "", "p < .05")
-    assert states_value("2", "mV", "a shift of +2 mV") and states_value("6", "", "IL-6 rose")
+    assert states_value("2", "mV", "a shift of +2 mV") and not states_value("-6", "", "IL-6 rose")  # no sign
+    assert not states_value("6", "", "IL-6 rose")  # nor a value: the digits of a name
 
 
 def test_a_multiple_choice_answer_whose_passage_does_not_state_it_is_unsupported(store):

@@ -111,17 +111,29 @@ def fine_tokens(text: str) -> list[str]:
     """Numbers (signed, in one spelling), words and meaningful symbols of `text`, in order; folded, except that a
     unit right after a number keeps its `unit_form` ('5 mW' is not '5 MW'), unless the three are one name
     ('K548R' is 'k548r', 'IL-17A' 'IL-17a')."""
-    found = list(FINE.finditer(_written(text)))
+    written = _written(text)
+    found = list(FINE.finditer(written))
     tokens = [_number(match.group()) if is_number(match.group()) else match.group() for match in found]
-    return [unit_form(token) if at and is_number(tokens[at - 1]) and not _in_name(found, at) else _folded(token)
+    return [unit_form(token) if at and is_number(tokens[at - 1]) and not _in_name(found, written, at) else _folded(token)
             for at, token in enumerate(tokens)]  # fmt: skip
 
 
-def _in_name(found: Sequence[re.Match[str]], at: int) -> bool:
-    """Whether found[at] is glued to the number before it, itself glued (or hyphened) to letters before it."""
-    if at < 2 or found[at].start() != found[at - 1].end() or not found[at - 2].group().isalpha():
-        return False
-    return found[at - 1].start() - found[at - 2].end() <= 1
+def name_numbers(text: str) -> set[int]:
+    """Positions among `fine_tokens(text)` of the numbers that are part of a name ('IL-6', 'p53', 'K548R'): no
+    count or measurement."""
+    written = _written(text)
+    found = list(FINE.finditer(written))
+    return {at for at, match in enumerate(found) if is_number(match.group()) and _after_letters(found, written, at)}
+
+
+def _after_letters(found: Sequence[re.Match[str]], written: str, at: int) -> bool:
+    """Whether found[at] follows a word with nothing or a hyphen between them ('p53', 'IL-6')."""
+    return at > 0 and found[at - 1].group().isalpha() and written[found[at - 1].end() : found[at].start()] in ("", "-")
+
+
+def _in_name(found: Sequence[re.Match[str]], written: str, at: int) -> bool:
+    """Whether found[at] is glued to the number before it, itself glued (or hyphened) to letters ('K548R')."""
+    return at >= 2 and found[at].start() == found[at - 1].end() and _after_letters(found, written, at - 1)
 
 
 def unit_tokens(text: str) -> list[str]:
@@ -130,8 +142,10 @@ def unit_tokens(text: str) -> list[str]:
 
 
 def read_numbers(text: str) -> list[float]:
-    """The numbers `text` states, in order, read as grounding reads them ('1,250' is one, '1,2' two)."""
-    return [float(token) for token in _written_tokens(text) if is_number(token)]
+    """The numbers `text` states, in order, read as grounding reads them ('1,250' is one, '1,2' two; the digits of a
+    name, 'IL-6', are none)."""
+    names = name_numbers(text)
+    return [float(token) for at, token in enumerate(_written_tokens(text)) if is_number(token) and at not in names]
 
 
 @functools.cache
@@ -235,6 +249,14 @@ def near_sequence(haystack: Sequence[str], needle: Sequence[str], gap: int) -> b
         else:
             return True
     return False
+
+
+# "[3]", "[1, 2]", "[2-4]", and locators such as "paper_id#120-480" (the form `Locator` prints).
+INLINE_CITATION = re.compile(r"\s*\[\d+(?:\s*[,;\u2013-]\s*\d+)*\]|\s*\(?\b[\w.:/-]+#\d+-\d+\b\)?")
+
+
+def without_inline_citations(text: str) -> str:
+    return INLINE_CITATION.sub("", text).strip()
 
 
 def is_insufficient(option: str) -> bool:

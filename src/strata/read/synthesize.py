@@ -18,7 +18,7 @@ from strata.llm.backend import probabilities
 from strata.read.calculate import calculation_claims
 from strata.documents.model import ChunkHit
 from strata.documents.sentences import sentence_spans
-from strata.read.grounding import OptionGrounding, ground, is_insufficient, states_content
+from strata.read.grounding import OptionGrounding, ground, is_insufficient, states_content, without_inline_citations
 from strata.read.local import flat, is_reference_entry
 from strata.read.model import (
     Answer,
@@ -70,7 +70,8 @@ def grounded_evidence(
         for hit in (reading.shown or reading.passages)
         if not is_reference_entry(hit)
     ]
-    grounding = ground(question, options, [hit.text for _, hit in pool])
+    bare = [without_inline_citations(option) for option in options]
+    grounding = ground(question, bare, [hit.text for _, hit in pool])
     found = sorted((option for option in grounding.options if option.grounded), key=lambda option: -option.score)
     picked, seen = [], set()
     for reading, hit in [pool[option.passages[0]] for option in found] + supporting_order(readings):
@@ -155,7 +156,8 @@ class Synthesizer:
         `grounding_decides`); cited by the passages that state it, so an option stated nowhere cites nothing
         (validation then marks the answer unsupported). An option that only restates the question's alternatives
         (a verdict) cannot be stated in words: it cites the first paper's passages the model read."""
-        grounding = ground(question, options, [item.text for item in evidence])
+        bare = [without_inline_citations(option) for option in options]  # '[2]' in an option is no number it states
+        grounding = ground(question, bare, [item.text for item in evidence])
         lexical = grounding.shares()
         model = None
         if self.settings.choice != "grounding" and not grounding_decides(lexical, self.settings.grounding_weight):
@@ -163,14 +165,14 @@ class Synthesizer:
             model = self._model_shares(shown, flat(question), options, trace)
         scores = [OptionScore(option=option, grounding=share, model=None if model is None else model[index])
                   for index, (option, share) in enumerate(zip(options, lexical, strict=True))]  # fmt: skip
-        best = decide(options, lexical, model, self.settings)
+        best = decide(bare, lexical, model, self.settings)
         if best is None:
             return cannot_answer(question, "mc").model_copy(update={"option_scores": scores})
         choice = options[best]
-        if is_insufficient(choice):  # the evidence does not answer: nothing to cite
+        if is_insufficient(bare[best]):  # the evidence does not answer: nothing to cite
             return Answer(question=question, format="mc", text=choice, choice=choice, answerable=False,
                           option_scores=scores)  # fmt: skip
-        if states_content(choice, options, question):
+        if states_content(bare[best], bare, question):
             citations = sorted(evidence[index].number for index in citing(grounding.options[best]))
         else:  # a verdict ('supported') no passage states in words: it rests on the best paper's passages the model read
             citations = [item.number for item in evidence if item.paper_id == evidence[0].paper_id]
@@ -269,7 +271,8 @@ CITED_SHARE = 0.5  # besides the best passage stating the chosen option, others 
 def citing(option: OptionGrounding) -> list[int]:
     """Indices of the passages stating the option that its citation rests on: the best and those close to it."""
     paired = zip(option.passages, option.scores, strict=True)
-    return [index for index, score in paired if score >= CITED_SHARE * option.score]
+    # Against its best passage, not its score: answered by elimination, an option's score is not a passage's.
+    return [index for index, score in paired if score >= CITED_SHARE * max(option.scores, default=0.0)]
 
 
 def decide(

@@ -14,24 +14,24 @@ numbers (a mark left in the prose would point at renumbered evidence, or at noth
 
 from __future__ import annotations
 
-import re
 import unicodedata
 from collections.abc import Collection, Sequence
 
 from strata.documents.model import Locator
 from strata.read.calculate import compute, fact_number
-from strata.read.grounding import first_number, fine_tokens, mentions, states_content, unit_tokens
+from strata.read.grounding import (
+    first_number,
+    fine_tokens,
+    is_number,
+    mentions,
+    name_numbers,
+    states_content,
+    unit_tokens,
+    without_inline_citations,
+)
 from strata.read.local import REFERENCE_HEADING
 from strata.read.model import Answer, Claim, Evidence
 from strata.store.protocol import PaperStore
-
-
-# "[3]", "[1, 2]", "[2-4]", and locators such as "paper_id#120-480" (the form `Locator` prints).
-INLINE_CITATION = re.compile(r"\s*\[\d+(?:\s*[,;\u2013-]\s*\d+)*\]|\s*\(?\b[\w.:/-]+#\d+-\d+\b\)?")
-
-
-def without_inline_citations(text: str) -> str:
-    return INLINE_CITATION.sub("", text).strip()
 
 
 def normalized(text: str) -> str:
@@ -199,9 +199,10 @@ def states_value(value: str, unit: str, passage: str) -> bool:
         return False
     if units and unit_tokens(value)[-len(units) :] == units:  # the value already carries its unit ('5 g')
         units = []
-    width = len(wanted)
+    width, names = len(wanted), name_numbers(passage)  # '6' is not stated by 'IL-6', nor '53' by 'p53'
     return any(
-        tokens[start : start + width] == wanted and (not units or has_unit(written, start, start + width, units))
+        tokens[start : start + width] == wanted and start not in names
+        and (not units or has_unit(written, start, start + width, units))
         for start in range(len(tokens) - width + 1)
     )
 
@@ -211,11 +212,12 @@ UNIT_WINDOW = 6  # tokens either side of a value within which its unit must be w
 
 def has_unit(tokens: list[str], start: int, end: int, unit: list[str]) -> bool:
     """Whether `unit` is written within UNIT_WINDOW tokens of tokens[start:end] with no other number between them:
-    in '12 patients received 5 mg' the mg is the 5's."""
+    in '12 patients received 5 mg' the mg is the 5's, and in 'from 5 mg to 12 g' the mg before the 12 is the 5's."""
     width = len(unit)
     for at in [*range(max(0, start - UNIT_WINDOW), start - width + 1), *range(end, end + UNIT_WINDOW + 1)]:
         between = tokens[at + width : start] if at < start else tokens[end:at]
-        if tokens[at : at + width] == unit and first_number(between) == len(between):
+        owned = at < start and at > 0 and is_number(tokens[at - 1])  # a unit before the value, after another number
+        if tokens[at : at + width] == unit and first_number(between) == len(between) and not owned:
             return True
     return False
 
