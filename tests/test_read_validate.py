@@ -127,12 +127,16 @@ def fact(value: str, unit: str, number: int = 1) -> Claim:
 
 
 def test_a_made_up_value_citing_a_real_passage_is_rejected(store):
-    """The passage is real and validly located, but it reports 5 g and 12 g, not 7 g: the made-up fact is dropped."""
+    """The passage is real and validly located, but it reports 5 g and 12 g, not 7 g: the made-up fact is dropped,
+    and so is the prose restating it (it stood unchecked, supported)."""
     claims = [Claim(text="Controls gained 7 g.", citations=[1]), fact("7", "g")]
     checked = validate_answer(answer_with([evidence_for(store)], claims), store)
-    assert [(claim.value, claim.citations) for claim in checked.claims] == [(None, [1])]
-    assert checked.dropped_claims == 1
+    assert checked.claims == [] and checked.dropped_claims == 2 and not checked.supported
     assert any("[1] does not state the value '7 g'" in why for why in checked.rejections)
+    assert any("no cited passage states its number 7" in why for why in checked.rejections)
+    stated = [Claim(text="Controls gained 5 g, mice 12 g (p < 0.01).", citations=[1]), fact("7", "g")]
+    checked = validate_answer(answer_with([evidence_for(store)], stated), store)
+    assert [claim.value for claim in checked.claims] == [None] and checked.supported  # its numbers are stated
 
 
 def test_a_value_with_the_wrong_unit_is_rejected_and_spelling_differences_are_not(store):

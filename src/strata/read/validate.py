@@ -25,6 +25,7 @@ from strata.read.grounding import (
     is_number,
     mentions,
     name_numbers,
+    read_numbers,
     states_content,
     unit_tokens,
     without_inline_citations,
@@ -128,7 +129,9 @@ def validate_answer(answer: Answer, store: PaperStore, options: Sequence[str] | 
     if answer.format == "mc" and choice is not None and choice not in (options or []):
         rejections.append(f"choice {choice!r} is not one of the options")
         choice = None
-    supported = bool(claims) and (answer.format != "mc" or choice is not None)
+    # A text answer stands on its prose: facts kept beside prose that was dropped do not support it.
+    prose_dropped = answer.format == "text" and _has_prose(answer.claims) and not _has_prose(claims)
+    supported = bool(claims) and not prose_dropped and (answer.format != "mc" or choice is not None)
     table = validated_table(answer, valid)
     return answer.model_copy(
         update={
@@ -145,6 +148,10 @@ def validate_answer(answer: Answer, store: PaperStore, options: Sequence[str] | 
     )
 
 
+def _has_prose(claims: Sequence[Claim]) -> bool:
+    return any(claim.value is None and claim.expression is None for claim in claims)
+
+
 def validated_table(answer: Answer, valid: Collection[int]) -> list[list[str]] | None:
     """A table answer's header and the rows whose claim (row i is claim i) cites valid evidence, their cells without
     citation marks, as the claims are kept; None for other answers."""
@@ -159,9 +166,11 @@ def stated_claims(
     answer: Answer, claims: list[Claim], valid: dict[int, Evidence], options: Sequence[str], rejections: list[str]
 ) -> list[Claim]:
     """The claims whose content their cited passages state: a fact's value and unit, a multiple-choice answer's
-    option (exactly or normalised), a calculation recomputed from the facts kept. A citation whose passage does not
-    state the claim is removed; a claim left citing nothing is dropped (each with a line in `rejections`)."""
+    option (exactly or normalised), a calculation recomputed from the facts kept, and every number of any other
+    claim (the answer's prose, a table row). A citation whose passage does not state the claim is removed; a claim
+    left citing nothing is dropped (each with a line in `rejections`)."""
     kept: list[Claim] = []
+    prose: list[Claim] = []
     # The option as the claims were stripped of citation marks: an option's '[2]' names a reference the question
     # cites, which the passage need not state (and left in, it would keep the claim from being seen as the choice).
     choice = without_inline_citations(answer.choice or "")
@@ -176,7 +185,7 @@ def stated_claims(
             stating = [n for n in claim.citations if mentions(choice, valid[n].text, bare, answer.question)]
             what = f"the chosen option {claim.text!r}"
         else:
-            kept.append(claim)
+            prose.append(claim)
             continue
         rejections.extend(f"[{n}] does not state {what}" for n in claim.citations if n not in stating)
         if stating:
@@ -187,7 +196,16 @@ def stated_claims(
     for claim in claims:
         if claim.expression is not None and (checked := recomputed(claim, facts, rejections)) is not None:
             kept.append(checked)
-    return kept
+    known = {fact_number(claim.value or "") for claim in kept}  # values checked above may be restated in prose
+    for claim in prose:
+        unstated = [number for number in read_numbers(claim.text) if number not in known and not any(
+            states_value(f"{number:g}", "", f"{valid[n].text} {valid[n].quote}") for n in claim.citations)]  # fmt: skip
+        if unstated:
+            rejections.append(f"claim dropped, no cited passage states its number {unstated[0]:g}: {claim.text[:80]!r}")
+        else:
+            kept.append(claim)
+    order = {id(claim): at for at, claim in enumerate(claims)}  # the answer's order: its prose first
+    return sorted(kept, key=lambda claim: order.get(id(claim), len(claims)))
 
 
 def states_value(value: str, unit: str, passage: str) -> bool:
