@@ -246,3 +246,12 @@ def test_a_reference_list_entry_is_rejected_as_evidence(tmp_path):
         checked = validate_answer(answer, opened)
     assert [item.text for item in checked.evidence] == ["Controls gained 5 g."]
     assert any("[2] is a reference-list entry" in why for why in checked.rejections)
+
+
+def test_a_table_keeps_only_the_rows_whose_numbers_their_passages_state(store):
+    rows = [["Controls", "5 g [1]"], ["Mice", "7 g [1]"]]  # the passage says the mice gained 12 g
+    claims = [Claim(text=" | ".join(row), citations=[1]) for row in rows]
+    table = answer_with([evidence_for(store)], claims, format="table", table=[["group", "gain"], *rows])
+    checked = validate_answer(table, store)
+    assert checked.table == [["group", "gain"], ["Controls", "5 g"]] and checked.text == "Controls | 5 g"
+    assert checked.dropped_claims == 1 and checked.supported

@@ -132,7 +132,7 @@ def validate_answer(answer: Answer, store: PaperStore, options: Sequence[str] | 
     # A text answer stands on its prose: facts kept beside prose that was dropped do not support it.
     prose_dropped = answer.format == "text" and _has_prose(answer.claims) and not _has_prose(claims)
     supported = bool(claims) and not prose_dropped and (answer.format != "mc" or choice is not None)
-    table = validated_table(answer, valid)
+    table = validated_table(answer, {claim.text for claim in claims})
     return answer.model_copy(
         update={
             # A table's text is its rows: only those kept.
@@ -152,14 +152,15 @@ def _has_prose(claims: Sequence[Claim]) -> bool:
     return any(claim.value is None and claim.expression is None for claim in claims)
 
 
-def validated_table(answer: Answer, valid: Collection[int]) -> list[list[str]] | None:
-    """A table answer's header and the rows whose claim (row i is claim i) cites valid evidence, their cells without
-    citation marks, as the claims are kept; None for other answers."""
+def validated_table(answer: Answer, kept: Collection[str]) -> list[list[str]] | None:
+    """A table answer's header and the rows whose claim (a row's cells joined by ' | ', citation marks stripped) was
+    kept, their cells without citation marks; None for other answers."""
     if not answer.table:
         return None
     header, *rows = answer.table
-    kept = [row for row, claim in zip(rows, answer.claims, strict=True) if any(n in valid for n in claim.citations)]
-    return [[without_inline_citations(cell) for cell in row] for row in [header, *kept]]
+    stripped = [[without_inline_citations(cell) for cell in row] for row in rows]
+    return [[without_inline_citations(cell) for cell in header],
+            *[row for row in stripped if without_inline_citations(" | ".join(row)) in kept]]  # fmt: skip
 
 
 def stated_claims(
