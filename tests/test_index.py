@@ -184,11 +184,30 @@ def test_dense_switches_to_hnsw_and_hides_deleted_chunks(tmp_path: Path) -> None
     index.sync()
     graph = index.dense._current()
     assert isinstance(faiss.downcast_index(graph.index), faiss.IndexHNSW)
+    old_beta = index.bm25.rowids_of_papers({"beta"})
     store.put_paper(make_paper("beta", "Protein folding", "Ribosomes translate messenger RNA."), "sha2")
     index.sync()
-    live = {hit.rowid for hit in index.dense.search(BagOfWordsEncoder().embed(["protein folding"])[0], 10)}
+    query = BagOfWordsEncoder().embed(["protein folding"])[0]
+    live = {hit.rowid for hit in index.dense.search(query, 10)}
     assert live == set(index.bm25.rowids_of_papers({"alpha", "beta", "gamma"}))
+    new_beta = index.bm25.rowids_of_papers({"beta"})
+    limited = {hit.rowid for hit in index.dense.search(query, 10, [*old_beta, *new_beta])}
+    assert limited == set(new_beta)  # a search limited to some chunks still hides the deleted ones
     store.close()
+
+
+def test_an_hnsw_search_limited_to_a_few_chunks_finds_every_one_of_them() -> None:
+    import faiss
+
+    from strata.index.dense import _exact_among
+
+    vectors = np.random.default_rng(0).standard_normal((5000, 16)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    index = faiss.IndexIDMap(faiss.IndexHNSWFlat(16, 8, faiss.METRIC_INNER_PRODUCT))
+    index.add_with_ids(vectors, np.arange(5000, dtype=np.int64))
+    allowed = set(range(0, 5000, 83))  # 61 chunks scattered over the graph
+    rowids, scores = _exact_among(index, vectors[1], allowed, 100)
+    assert set(rowids.tolist()) == allowed and list(scores) == sorted(scores, reverse=True)
 
 
 def test_dense_saves_atomically_and_rebuilds_for_another_model(corpus) -> None:
