@@ -223,3 +223,15 @@ def test_chunk_means_average_a_papers_chunks_and_skip_its_reference_list():
     means = chunk_means(ChunkStore(), vectors, ["p", "q", "missing"])
     assert np.allclose(means["p"], [2 ** -0.5, 2 ** -0.5])  # reference chunk 3 left out
     assert np.allclose(means["q"], [0.0, 1.0]) and "missing" not in means  # only references: they are used
+
+
+def test_a_torn_or_empty_paper_vector_cache_is_rebuilt(tmp_path):
+    from strata.relate.signals import PaperVectors
+
+    vectors = PaperVectors(FakeEmbedder(), tmp_path, source="abstract")
+    vectors._save({"a": np.ones(3, dtype=np.float32)})
+    assert list(vectors._load()) == ["a"] and [p.name for p in tmp_path.iterdir()] == [vectors.path.name]
+    vectors.path.write_bytes(vectors.path.read_bytes()[:40])  # torn by a crash or a second writer
+    assert vectors._load() == {}
+    vectors.path.write_bytes(b"")
+    assert vectors._load() == {}

@@ -10,7 +10,10 @@ Every list excludes the seed itself and breaks ties by paper id.
 from __future__ import annotations
 
 import hashlib
+import io
 import math
+import threading
+import zipfile
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from pathlib import Path
@@ -20,6 +23,7 @@ import numpy as np
 from strata.documents.identifiers import normalize_title
 from strata.documents.model import ContentType, Paper, Reference
 from strata.index.dense import DenseIndex
+from strata.index.state import atomic_write
 from strata.encoders.embedder import Embedder
 from strata.retrieve.protocol import Searcher
 from strata.store.base import MIN_TITLE_MATCH_CHARS
@@ -91,8 +95,14 @@ class PaperVectors:
         self._id_array = np.array([], dtype=str)
         self._row: dict[str, int] = {}
         self._version: StoreVersion | None = None
+        # One Corpus serves several questions at once (serve.concurrent_asks): a refresh replaces the arrays together.
+        self._lock = threading.RLock()
 
     def refresh(self, store: PaperStore) -> None:
+        with self._lock:
+            self._refresh(store)
+
+    def _refresh(self, store: PaperStore) -> None:
         version = store_version(store)
         if version == self._version:
             return
@@ -118,14 +128,15 @@ class PaperVectors:
         self._version = version
 
     def neighbours(self, store: PaperStore, paper_id: str, n: int) -> list[str]:
-        self.refresh(store)
-        row = self._row.get(paper_id)
+        with self._lock:
+            self._refresh(store)
+            ids, vectors, id_array, row = self.ids, self.vectors, self._id_array, self._row.get(paper_id)
         if row is None:
             return []
-        similarity = self.vectors @ self.vectors[row]
+        similarity = vectors @ vectors[row]
         # Sort by (-similarity, id): lexsort takes its keys last-first.
-        order = np.lexsort((self._id_array, -similarity))
-        return [self.ids[index] for index in order if index != row][:n]
+        order = np.lexsort((id_array, -similarity))
+        return [ids[index] for index in order if index != row][:n]
 
     def _load(self) -> dict[str, np.ndarray]:
         if not self.path.is_file():
@@ -133,15 +144,13 @@ class PaperVectors:
         try:
             with np.load(self.path, allow_pickle=False) as data:
                 return dict(zip(data["ids"].tolist(), data["vectors"]))
-        except (OSError, KeyError, ValueError):
-            return {}  # a damaged cache is rebuilt, never trusted
+        except (OSError, KeyError, ValueError, EOFError, zipfile.BadZipFile):
+            return {}  # a damaged cache (torn, empty) is rebuilt, never trusted
 
     def _save(self, vectors: dict[str, np.ndarray]) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = self.path.with_suffix(".tmp.npz")
-        ids = sorted(vectors)
-        np.savez(temporary, ids=np.array(ids, dtype=str), vectors=np.stack([vectors[i] for i in ids]))
-        temporary.replace(self.path)
+        ids, written = sorted(vectors), io.BytesIO()
+        np.savez(written, ids=np.array(ids, dtype=str), vectors=np.stack([vectors[i] for i in ids]))
+        atomic_write(self.path, written.getvalue())  # a temporary of its own: server workers may save at once
 
 
 def reference_keys(reference: Reference) -> set[str]:
@@ -169,35 +178,43 @@ class ReferenceGraph:
         self._references: dict[str, list[frozenset[str]]] = {}  # each comparable reference's identifiers
         self._holders: dict[str, set[str]] = {}
         self._version: StoreVersion | None = None
+        self._lock = threading.Lock()  # several questions at once: one rebuild, published whole
 
     def refresh(self, store: PaperStore) -> None:
-        version = store_version(store)
-        if version == self._version:
-            return
-        self._cites, self._cited_by, self._references, self._holders = {}, {}, {}, {}
-        for paper_id in store.paper_ids():
-            for reference in store.references_of(paper_id):
-                if keys := reference_keys(reference):
-                    self._references.setdefault(paper_id, []).append(frozenset(keys))
-                    for key in keys:
-                        self._holders.setdefault(key, set()).add(paper_id)
-                if reference.resolved_paper_id and reference.resolved_paper_id != paper_id:
-                    self._cites.setdefault(paper_id, set()).add(reference.resolved_paper_id)
-                    self._cited_by.setdefault(reference.resolved_paper_id, set()).add(paper_id)
-        self._version = version
+        with self._lock:
+            version = store_version(store)
+            if version == self._version:
+                return
+            cites: dict[str, set[str]] = {}
+            cited_by: dict[str, set[str]] = {}
+            references: dict[str, list[frozenset[str]]] = {}
+            holders: dict[str, set[str]] = {}
+            for paper_id in store.paper_ids():
+                for reference in store.references_of(paper_id):
+                    if keys := reference_keys(reference):
+                        references.setdefault(paper_id, []).append(frozenset(keys))
+                        for key in keys:
+                            holders.setdefault(key, set()).add(paper_id)
+                    if reference.resolved_paper_id and reference.resolved_paper_id != paper_id:
+                        cites.setdefault(paper_id, set()).add(reference.resolved_paper_id)
+                        cited_by.setdefault(reference.resolved_paper_id, set()).add(paper_id)
+            self._cites, self._cited_by, self._references, self._holders = cites, cited_by, references, holders
+            self._version = version
 
     def neighbours(self, store: PaperStore, paper_id: str, n: int) -> list[str]:
         """Papers by direct citation (1 point, either direction) plus shared references / sqrt(|refs a|·|refs b|),
         counting references with an identifier (DOI, arXiv id or a long title), each once however many of its
         identifiers match."""
         self.refresh(store)
+        with self._lock:  # one version's four maps, not a mix of two
+            cites, cited_by, references, holders = self._cites, self._cited_by, self._references, self._holders
         scores: defaultdict[str, float] = defaultdict(float)
-        own = self._references.get(paper_id, [])
-        citing = (set().union(*(self._holders[key] for key in reference)) for reference in own)
-        shared: Counter[str] = Counter(other for holders in citing for other in holders if other != paper_id)
+        own = references.get(paper_id, [])
+        citing = (set().union(*(holders[key] for key in reference)) for reference in own)
+        shared: Counter[str] = Counter(other for papers in citing for other in papers if other != paper_id)
         for other, count in shared.items():
-            scores[other] += count / math.sqrt(len(own) * len(self._references[other]))
-        for other in self._cites.get(paper_id, set()) | self._cited_by.get(paper_id, set()):
+            scores[other] += count / math.sqrt(len(own) * len(references[other]))
+        for other in cites.get(paper_id, set()) | cited_by.get(paper_id, set()):
             scores[other] += 1.0
         return [other for other, _ in sorted(scores.items(), key=lambda item: (-item[1], item[0]))[:n]]
 
