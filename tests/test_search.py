@@ -370,6 +370,32 @@ def test_the_query_batcher_gives_each_caller_its_own_vector_or_its_own_error() -
         batcher.close()
 
 
+def test_a_cancelled_wait_leaves_the_query_batcher_working() -> None:
+    """An awaiting task cancelled (asyncio.wrap_future) cancels the future every caller of its text shares: setting
+    it then raised in the worker, which died, and every later uncached search waited forever."""
+    import threading
+
+    from strata.config import EmbeddingSettings
+
+    release = threading.Event()
+
+    class SlowEncoder:
+        def __init__(self, settings: EmbeddingSettings) -> None:
+            self.settings = settings
+
+        def embed_queries(self, texts: list[str]) -> np.ndarray:
+            release.wait(timeout=30)
+            return np.ones((len(texts), 2), dtype=np.float32)
+
+    batcher = QueryBatcher(SlowEncoder(EmbeddingSettings(backend="static")), cache_size=0)  # type: ignore[arg-type]
+    try:
+        assert batcher.submit("a").cancel()  # cancelled while the encoder works on it
+        release.set()
+        assert batcher.submit("b").result(timeout=10).tolist() == [1.0, 1.0]  # answered, not hung
+    finally:
+        batcher.close()
+
+
 @pytest.mark.parametrize("method", ["bm25", "hybrid"])
 def test_a_search_reads_the_store_a_fixed_number_of_times_whatever_k(subset: Subset, method: str) -> None:
     """Paper ids come from the in-memory chunk-paper map and chunk texts in one batch: the store statements a search

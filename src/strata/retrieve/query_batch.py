@@ -24,7 +24,7 @@ import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 
 import numpy as np
 
@@ -88,7 +88,7 @@ class QueryBatcher:
     # the worker
 
     def _start_worker(self) -> None:  # under the lock
-        if self._worker is None:
+        if self._worker is None or not self._worker.is_alive():
             self._worker = threading.Thread(target=self._run, name="query-batcher", daemon=True)
             self._worker.start()
 
@@ -129,14 +129,14 @@ class QueryBatcher:
                         self._remember(text, vector)
                         del self._embedding[text]
                 for text, vector in zip(batch, vectors):
-                    futures[text].set_result(vector)
+                    _settle(futures[text], vector)
 
     def _fail(self, texts: Sequence[str], futures: dict[str, Future[np.ndarray]], error: Exception) -> None:
         with self._lock:
             for text in texts:
                 self._embedding.pop(text, None)
         for text in texts:
-            futures[text].set_exception(error)
+            _settle(futures[text], error=error)
 
     def _remember(self, text: str, vector: np.ndarray) -> None:  # under the lock
         if self.cache_size <= 0:
@@ -168,3 +168,16 @@ def _groups(texts: list[str], keys_of: Callable[[Sequence[str]], list[Hashable]]
     for text, key in zip(texts, keys_of(texts)):
         groups.setdefault(key, []).append(text)
     return list(groups.values())
+
+
+def _settle(future: Future[np.ndarray], vector: np.ndarray | None = None, error: Exception | None = None) -> None:
+    """Give a shared future its vector or error, unless a caller cancelled it (an awaiting task cancelled through
+    `asyncio.wrap_future` cancels the shared future): setting a cancelled one raises, which ended the worker and
+    left every later search waiting."""
+    try:
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(vector)  # type: ignore[arg-type]
+    except InvalidStateError:
+        pass  # cancelled: nobody waits for it, and the vector is cached all the same
