@@ -342,17 +342,9 @@ def states_content(option: str, options: Sequence[str] = (), question: str = "")
 
 def mentions(option: str, passage: str, options: Sequence[str] = (), question: str = "") -> bool:
     """Whether the passage states the option, exactly or in normalised form (most of its distinguishing terms and
-    all its numbers), in its polarity: an option saying a negation ('no change in ABC1') needs a passage negating
-    what it denies, and one that does not is not stated by a passage negating its terms ('did not increase ABC1'),
-    unless the question asks for a negation itself; `options` and `question` say which of its terms distinguish
-    it."""
+    all its numbers); `options` and `question` say which of its terms distinguish it."""
     described = _described(option, options, question)
-    if match_strength(described, fine_tokens(passage), coarse_terms(passage), {}) <= 0:
-        return False
-    negated = negated_terms(passage)
-    if described.negative:
-        return bool(described.denied & negated)
-    return is_negated(question) or not described.terms & negated
+    return match_strength(described, fine_tokens(passage), coarse_terms(passage), {}) > 0
 
 
 def rarity(passages: Sequence[set[str]]) -> dict[str, float]:
