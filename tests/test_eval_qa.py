@@ -93,6 +93,7 @@ def test_eval_qa_on_litqa2_scores_answers_and_writes_predictions(shared_data, tm
     records = [json.loads(line) for line in (shared_data / "litqa2" / "questions.jsonl").open()]
     monkeypatch.setattr("strata.pipeline.ask.open_pipeline", fake_open)
     (tmp_path / "s").mkdir()  # a store the test's fake pipeline stands for: eval qa refuses a missing one
+    (tmp_path / "s" / "corpus.sqlite3").touch()
     args = build_parser().parse_args(
         ["eval", "qa", "--dataset", str(shared_data / "litqa2"), "--limit", "5", "--store", str(tmp_path / "s"),
          "--output", str(tmp_path / "out")]

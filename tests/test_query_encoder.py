@@ -33,11 +33,14 @@ def test_mrr_counts_the_rank_of_each_querys_own_paper_cut_at_ten():
 class TinyEncoder(torch.nn.Module):
     """Stands in for a SentenceTransformer in `fit`: every query embedded as one learnt vector."""
 
-    def __init__(self) -> None:
+    def __init__(self, prompts: dict[str, str] | None = None) -> None:
         super().__init__()
         self.vector = torch.nn.Parameter(torch.ones(3))
+        self.prompts = prompts or {}
+        self.prompted: list[str | None] = []
 
-    def preprocess(self, texts):
+    def preprocess(self, texts, prompt=None):
+        self.prompted.append(prompt)
         return len(texts)
 
     def forward(self, count):
@@ -56,6 +59,11 @@ def test_validation_runs_the_configured_number_of_checks_spread_evenly_the_last_
         made = fit(TinyEncoder(), queries, row, papers_, rerank, lambda: 0.5, tmp_path / "staged", lambda line: None,
                    None)
         assert [check.step for check in made] == expected
+    # Trained on queries as search embeds them: with the model's query prompt.
+    prompted = TinyEncoder({"query": "query: ", "document": "passage: "})
+    rerank = RerankSettings(query_encoder_steps=2, query_encoder_checks=1, query_encoder_batch=2)
+    fit(prompted, queries, row, papers_, rerank, lambda: 0.5, tmp_path / "staged", lambda line: None, None)
+    assert prompted.prompted == ["query: ", "query: "]
 
 
 def adapt(tmp_path, **overrides):

@@ -145,7 +145,9 @@ def test_fake_citations_written_into_the_prose_add_no_evidence(ask, corpus):
     result = ask(ObedientBackend([obeyed]))
     assert fabricated(result.answer.evidence, store) == []
     assert {item.paper_id for item in result.answer.evidence} <= set(PAPERS)
-    assert [item.number for item in result.answer.evidence] == [1]
+    # [1] (the good paper) states no 40 g: neither the fact nor the prose restating it stands on it.
+    assert result.answer.evidence == [] and not result.answer.supported
+    assert any("no cited passage states its number 40" in why for why in result.answer.rejections)
 
 
 def evidence(number: int = 1, paper_id: str = "good", locator: str | None = None, text: str = "Controls gained 5 g.",
