@@ -412,3 +412,26 @@ def test_vectors_from_elsewhere_still_get_their_sentence_vectors(tmp_path: Path)
         built.append(loaded.index.reconstruct_n(0, loaded.ntotal))
         store.close()
     assert len(built[1]) == 1 + 3 and np.array_equal(built[0], built[1])
+
+
+def test_relate_caches_a_papers_chunk_mean_only_once_the_dense_sync_covers_it(tmp_path: Path) -> None:
+    from strata.relate.signals import PaperVectors
+
+    class Encoder(BagOfWordsEncoder):
+        identity = "bag-of-words"
+
+    store, index = open_index(tmp_path)
+    for paper in PAPERS[:2]:
+        store.put_paper(paper, "sha")
+    index.sync()
+    store.put_paper(PAPERS[2], "sha")  # stored by an ingest whose dense sync has not run yet
+    vectors = PaperVectors(Encoder(), tmp_path / "relate", dense=index.dense)  # type: ignore[arg-type]
+    vectors.refresh(store)
+    assert vectors.ids == ["alpha", "beta", "gamma"]  # gamma stands in by its abstract for now...
+    assert sorted(vectors._load()) == ["alpha", "beta"]  # ...and is not cached as its chunk mean
+    index.sync()
+    vectors.refresh(store)  # the sync caught up: a new version, gamma's chunk mean computed and kept
+    assert sorted(vectors._load()) == ["alpha", "beta", "gamma"]
+    gamma = index.dense.vectors()[index.bm25.rowids_of_papers({"gamma"})[0]]
+    assert np.allclose(vectors._load()["gamma"], gamma)
+    store.close()

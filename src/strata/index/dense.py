@@ -151,6 +151,12 @@ class DenseIndex(VectorSearch):
             )
         return faiss.SearchParameters(sel=selector) if selector is not None else None  # type: ignore[call-arg]
 
+    def synced_rowid(self) -> int | None:
+        """The largest store chunk row id the saved index covers (None before the first save): a sync in progress
+        saves checkpoints, so chunks beyond it have no vector yet."""
+        loaded = self._loaded()
+        return None if loaded is None else loaded[1].chunk_rowid
+
     def vectors(self) -> dict[int, np.ndarray] | None:
         """Every live chunk vector by store row id, None before the first sync: for stages that reuse the
         embeddings (paper vectors in Relate, moving a corpus to another backend) instead of embedding again."""

@@ -52,6 +52,15 @@ def chunk_vectors(dense: object) -> dict[int, np.ndarray] | None:
     return dense.vectors() if isinstance(dense, DenseIndex) else None
 
 
+def pending_papers(store: PaperStore, dense: object) -> tuple[int | None, set[str]]:
+    """The faiss index's synced chunk row id, and the papers with chunks beyond it (an ingest's sync still running,
+    or not run): their chunk means would be partial or missing, so they are not cached yet."""
+    synced = dense.synced_rowid() if isinstance(dense, DenseIndex) else None
+    if synced is None:
+        return None, set()
+    return synced, {paper_id for _, paper_id in store.chunk_papers_after(synced)}
+
+
 def chunk_means(store: PaperStore, vectors: dict[int, np.ndarray], paper_ids: Sequence[str]) -> dict[str, np.ndarray]:
     """Normalised mean of each paper's chunk vectors, reference-list chunks left out (they describe other papers)
     unless a paper has nothing else."""
@@ -94,7 +103,7 @@ class PaperVectors:
         self.vectors = np.zeros((0, 0), dtype=np.float32)
         self._id_array = np.array([], dtype=str)
         self._row: dict[str, int] = {}
-        self._version: StoreVersion | None = None
+        self._version: tuple[int, int, int | None] | None = None  # the store's version and the synced row id
         # One Corpus serves several questions at once (serve.concurrent_asks): a refresh replaces the arrays together.
         self._lock = threading.RLock()
 
@@ -103,7 +112,8 @@ class PaperVectors:
             self._refresh(store)
 
     def _refresh(self, store: PaperStore) -> None:
-        version = store_version(store)
+        synced, pending = pending_papers(store, self.dense) if self.source == "chunk-mean" else (None, set())
+        version = (*store_version(store), synced)  # a sync that catches up is a new version too
         if version == self._version:
             return
         current = store.paper_ids()
@@ -113,14 +123,15 @@ class PaperVectors:
         if missing and self.source == "chunk-mean":
             vectors = chunk_vectors(self.dense)
             if vectors is not None:
-                cached.update(chunk_means(store, vectors, missing))
+                cached.update(chunk_means(store, vectors, [p for p in missing if p not in pending]))
                 missing = [paper_id for paper_id in missing if paper_id not in cached]
                 self._save(cached)
         for start in range(0, len(missing), EMBED_BATCH):
             batch = missing[start : start + EMBED_BATCH]
             texts = [paper_summary_text(store.get_paper(paper_id), EMBED_WORDS) for paper_id in batch]
             cached.update(zip(batch, self.embedder.embed(texts)))
-            self._save(cached)  # after every batch, so an interrupted first build keeps its work
+            # After every batch, so an interrupted first build keeps its work; a pending paper's stand-in is not kept.
+            self._save({paper_id: vector for paper_id, vector in cached.items() if paper_id not in pending})
         self.ids = current
         self.vectors = np.stack([cached[paper_id] for paper_id in current]) if current else self.vectors
         self._id_array = np.array(current, dtype=str)
