@@ -256,3 +256,24 @@ def test_an_adapter_for_a_toc_that_changed_since_training_is_refused_before_any_
     (folder / ADAPTER_META).write_text(meta.model_dump_json())
     with pytest.raises(AssertionError, match="load_base_model"):
         answer_from_toc(settings, changed, "What is topic 3 1 about?", k=3)
+
+
+def test_a_fusion_weight_chosen_under_other_leaf_search_settings_is_not_applied(tmp_path, monkeypatch):
+    from strata.rerank.fusion import FusionChoice
+    from strata.toc.adapter import ADAPTER_META, AdapterMeta
+    from strata.toc.query import fusion_context
+    from strata.toc.tree import toc_digest
+
+    paper = book("the-book", chapters=2, sections=2)
+    settings, _ = store_with(tmp_path, paper)
+    settings = settings.model_copy(update={"index": settings.index.model_copy(update={"dense": False})})
+    monkeypatch.setattr("strata.toc.adapter.load_base_model", NoModel("load_base_model"))
+    folder = settings.store.home / "toc" / "adapters" / "the-book" / "stair"
+    folder.mkdir(parents=True)
+    chosen = FusionChoice(weight=0.3, metric="R@1", queries=20, curve={"0": 0.5, "0.3": 0.7})
+    trained_with = fusion_context(settings) | {"toc.fusion_candidates": 30}  # trained fusing 30 candidates
+    meta = AdapterMeta(mode="stair", base_model="base", paper_ids=["the-book"], lora_r=8, lora_alpha=16,
+                       tocs={"the-book": toc_digest(document_toc(paper))}, fusion=chosen, fused_with=trained_with)
+    (folder / ADAPTER_META).write_text(meta.model_dump_json())
+    answer = answer_from_toc(settings, paper, "What is subject number 21 about?", k=3)  # it fuses 10: leaf search
+    assert answer.method == "bm25" and answer.hits and answer.hits[0].path == ("Chapter 2", "Topic 2 1")

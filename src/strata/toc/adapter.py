@@ -36,6 +36,9 @@ class AdapterMeta(BaseModel):
     fusion: FusionChoice | None = Field(
         default=None, description="The weight of the adapter's order in the fused retriever, chosen on dev questions"
     )
+    fused_with: dict[str, Any] = Field(
+        default_factory=dict, description="The leaf-search settings `fusion` was chosen with (empty: not recorded)"
+    )
     tocs: dict[str, str] = Field(
         default_factory=dict, description="`toc_digest` of each ToC trained on, by paper id (empty: not recorded)"
     )

@@ -16,6 +16,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from strata.config import Settings
+from strata.encoders.embedder import encoder_identity
 from strata.documents.model import Locator, Paper
 from strata.llm import LLMClient, make_client
 from strata.store.protocol import PaperStore
@@ -143,6 +144,9 @@ def _adapter_ranking(settings: Settings, folder: Path, toc: DocumentToc, questio
     started = time.perf_counter()
     meta = read_adapter_meta(folder)
     check_toc(meta, toc, folder)  # before the base model loads
+    if meta.fusion is not None and meta.fused_with and meta.fused_with != fusion_context(settings):
+        # Its weight was chosen for another candidate list or fusion: hybrid leaf search, which it never fell below.
+        return leaf_search(settings, toc).rank(question, k)
     device = resolve_device(settings.toc.device)
     model, tokenizer, identity = load_base_model(
         settings.toc.train_model, settings.llm.model_dir, device, settings.toc.threads
@@ -164,6 +168,15 @@ def leaf_search(settings: Settings, toc: DocumentToc) -> LeafHybrid | LeafBM25:
     if not settings.index.dense:
         return LeafBM25(toc)
     return LeafHybrid.over(toc, settings.index.embedding, search=settings.search, cache=leaf_vectors(settings))
+
+
+def fusion_context(settings: Settings) -> dict[str, Any]:
+    """The settings a fusion weight chosen on dev questions holds for: the candidates fused, and the leaf search
+    giving them."""
+    search = settings.search
+    return {"toc.fusion_candidates": settings.toc.fusion_candidates, "search.fusion": search.fusion,
+            "search.rrf_k": search.rrf_k, "search.dense_weight": search.dense_weight,
+            "index.embedding": encoder_identity(settings.index.embedding)}  # fmt: skip
 
 
 def fused_retriever(

@@ -15,7 +15,7 @@ from strata.toc.encode import PromptEncoder
 from strata.toc.fused import choose_fusion_weight
 from strata.toc.induce import needs_induction
 from strata.toc.model import DocumentToc
-from strata.toc.query import adapter_folder, fused_retriever, resolve_document, toc_for
+from strata.toc.query import adapter_folder, fused_retriever, fusion_context, resolve_document, toc_for
 from strata.toc.retriever import toc_llm_settings
 from strata.toc.synthetic import QuestionCache, generate_questions, split_questions
 from strata.train.toc_lora import Log, TrainReport, adapter_meta, train_adapter, training_examples
@@ -69,6 +69,7 @@ def train_toc_adapter(
         dev_questions = [item for item in splits[toc.paper_id] if item.split == "dev"]
         retriever = fused_retriever(settings, toc, tuned, encoder, settings.toc.adapt_toc, 0.0)
         meta.fusion = choose_fusion_weight(retriever, dev_questions, settings.search.fusion_max_p)
+        meta.fused_with = fusion_context(settings)
         log(f"fusion with hybrid search on dev questions: {meta.fusion.verdict()}")
     folder = adapter_folder(settings, paper.id)
     save_adapter(tuned, folder, meta)
