@@ -144,7 +144,8 @@ def _adapter_ranking(settings: Settings, folder: Path, toc: DocumentToc, questio
     started = time.perf_counter()
     meta = read_adapter_meta(folder)
     check_toc(meta, toc, folder)  # before the base model loads
-    if meta.fusion is not None and meta.fused_with and meta.fused_with != fusion_context(settings):
+    fusing = meta.fusion is not None and settings.toc.fusion_candidates > 0
+    if fusing and meta.fused_with and meta.fused_with != fusion_context(settings):
         # Its weight was chosen for another candidate list or fusion: hybrid leaf search, which it never fell below.
         return leaf_search(settings, toc).rank(question, k)
     device = resolve_device(settings.toc.device)
