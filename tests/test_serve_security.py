@@ -53,6 +53,19 @@ def test_api_routes_need_the_token_while_page_and_health_stay_open(guarded) -> N
     assert anonymous.get("/").status_code == 200 and anonymous.get("/openapi.json").status_code == 200
 
 
+def test_an_upload_is_refused_before_its_body_is_read_without_the_token_or_from_another_site(guarded) -> None:
+    client, _, files = guarded
+    anonymous = httpx.Client(base_url=str(client.base_url), timeout=30)
+    body = {"files": ("paper.txt", b"x" * 900, "text/plain")}
+    refused = anonymous.post("/ingest", files=body)
+    assert refused.status_code == 401 and "bearer token" in refused.json()["detail"]
+    cross_site = client.post("/ingest", files=body, headers={"Origin": "https://attacker.example"})
+    assert cross_site.status_code == 403 and "cross-origin" in cross_site.json()["detail"]
+    assert not files.exists() or not _files_under(files)  # nothing written for either
+    same_site = client.post("/ask", json={"question": ""}, headers={"Origin": str(client.base_url).rstrip("/")})
+    assert same_site.status_code == 422  # the page's own origin passes the guard (and meets the body check)
+
+
 def test_only_a_server_with_a_token_checks_one(tmp_path: Path) -> None:
     """Without serve.token the API routes carry no auth dependency (FastAPI would solve it on every request for
     nothing), so the schema names no bearer scheme; with one, every API route needs it."""
@@ -93,6 +106,20 @@ def test_upload_names_never_escape_the_storage_root(guarded, name: str) -> None:
     assert response.status_code == 400, response.text
     assert "file name" in response.json()["detail"] or "filename" in response.json()["detail"].lower()
     assert _files_under(outside) == before
+
+
+def test_a_second_upload_of_another_file_under_a_taken_name_is_refused_and_replaces_nothing(guarded) -> None:
+    client, _, root = guarded
+    first = client.post("/ingest", files=[("files", ("main.pdf", b"%PDF-1.4 first", "application/pdf"))])
+    assert first.status_code == 200, first.text
+    again = client.post("/ingest", files=[("files", ("main.pdf", b"%PDF-1.4 first", "application/pdf"))])
+    assert again.status_code == 200  # the same file again: skipped as unchanged
+    other = client.post("/ingest", files=[("files", ("main.pdf", b"%PDF-1.4 other", "application/pdf"))])
+    assert other.status_code == 409 and "rename the new file" in other.json()["detail"]
+    assert (root / "uploads" / "main.pdf").read_bytes() == b"%PDF-1.4 first"
+    assert [path.name for path in (root / "uploads").iterdir()] == ["main.pdf"]  # no temporary left behind
+    long = client.post("/ingest", files=[("files", ("\u8bba" * 90 + ".pdf", b"%PDF-1.4", "application/pdf"))])
+    assert long.status_code == 400 and "at most 255" in long.json()["detail"]
 
 
 def _link_out(outside: Path, link: Path, name: str, text: str) -> Path:
@@ -183,3 +210,22 @@ def test_a_failing_answer_arrives_as_an_error_event(tmp_path: Path) -> None:
 def test_a_short_token_is_refused_when_settings_load(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="at least 16"):
         _settings(tmp_path, token="short")
+
+
+def test_a_search_asking_for_more_than_max_k_is_capped_not_refused(tmp_path: Path) -> None:
+    # The web page asks for 10: a server configured with serve.max_k below 10 refused every search from it.
+    from strata.documents.builder import PaperBuilder
+    from strata.index import CorpusIndex
+    from strata.store import open_store
+
+    settings = _settings(tmp_path / "home", max_k="2")
+    with open_store(settings) as store:
+        for number in range(4):
+            builder = PaperBuilder(f"p{number}", "test")
+            builder.open_section("Results", 1)
+            builder.add_block(f"Zinc lozenges shortened colds in trial {number}.")
+            store.put_paper(builder.build(title=f"Zinc trial {number}"), "sha")
+        CorpusIndex(store, settings).sync()
+    with background_server(create_app(settings)) as url, httpx.Client(base_url=url, timeout=30) as client:
+        response = client.get("/search", params={"q": "zinc colds", "k": 10, "method": "bm25"})
+        assert response.status_code == 200 and len(response.json()["candidates"]) == 2

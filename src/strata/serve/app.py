@@ -20,6 +20,7 @@ from contextlib import asynccontextmanager, contextmanager
 from functools import partial
 from pathlib import Path
 from typing import Annotated
+from urllib.parse import urlsplit
 
 import uvicorn
 from fastapi import APIRouter, Depends, FastAPI, File, Form, HTTPException, Query, Request, UploadFile
@@ -126,7 +127,43 @@ def create_app(settings: Settings, ask_fn: AskFunction | None = None) -> FastAPI
     token = settings.serve.token
     guard = [Depends(_bearer_check(token.get_secret_value()))] if token else []
     app.include_router(_api(service), dependencies=guard)
+    app.add_middleware(RequestGuard, token=token.get_secret_value() if token else None)
     return app
+
+
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+class RequestGuard:
+    """Checks made from the headers alone, before FastAPI reads a body: a browser request from another site that
+    would change something is refused (any web page can post a form to a token-less server on loopback, adding
+    files to its corpus), and with a token an upload without it is refused before it is read and spooled to disk
+    (the router's token dependency runs only after the form is parsed). Plain ASGI, so searches pay nothing."""
+
+    def __init__(self, app: Callable[..., Awaitable[None]], token: str | None) -> None:
+        self.app, self.token = app, token
+
+    async def __call__(self, scope: dict, receive: Callable[..., Awaitable[dict]], send: Callable[..., Awaitable[None]]
+                       ) -> None:  # fmt: skip
+        refusal = self._refusal(scope) if scope["type"] == "http" else None
+        if refusal is None:
+            await self.app(scope, receive, send)
+            return
+        status, detail = refusal
+        headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+        await JSONResponse({"detail": detail}, status_code=status, headers=headers)(scope, receive, send)
+
+    def _refusal(self, scope: dict) -> tuple[int, str] | None:
+        headers = {name.decode("latin-1").lower(): value.decode("latin-1") for name, value in scope["headers"]}
+        origin = headers.get("origin")
+        if scope["method"] not in SAFE_METHODS and origin is not None:
+            if urlsplit(origin).netloc.lower() != headers.get("host", "").lower():
+                return 403, f"cross-origin request from {origin} refused"
+        if self.token and scope["path"] == "/ingest":
+            scheme, _, given = headers.get("authorization", "").partition(" ")
+            if scheme.lower() != "bearer" or not secrets.compare_digest(given.strip().encode(), self.token.encode()):
+                return 401, "missing or wrong bearer token (Authorization: Bearer ...)"
+        return None
 
 
 def _bearer_check(token: str) -> Callable[..., Awaitable[None]]:
@@ -151,7 +188,7 @@ def _api(service: CorpusService) -> APIRouter:
     async def search(
         q: Annotated[str, Query(description="The query")],
         # A default rather than an annotation: annotations are evaluated where `limits` is out of scope.
-        k: int | None = Query(None, ge=1, le=limits.max_k, description="Papers returned"),
+        k: int | None = Query(None, ge=1, description="Papers returned (at most serve.max_k: more is capped)"),
         method: Method = "hybrid",
         prf: bool | None = None,
     ) -> Response:

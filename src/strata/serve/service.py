@@ -6,7 +6,10 @@ Errors a client caused are `ServiceError`s carrying an HTTP status; both front e
 from __future__ import annotations
 
 import asyncio
+import filecmp
+import os
 import shutil
+import tempfile
 import threading
 from collections.abc import Callable, Iterable
 from contextlib import ExitStack, closing
@@ -36,6 +39,7 @@ if TYPE_CHECKING:
     from strata.pipeline.ask import Pipeline
 
 UPLOADS = "uploads"  # sub-folder of the storage root that uploaded files are written to
+MAX_NAME_BYTES = 255  # a file name's limit on common file systems (a longer one failed the write with a 500)
 MAX_OPTION_CHARS = 1000  # options join the question in the search query, so each is bounded like a query
 FAISS_THREADS = 1
 
@@ -66,6 +70,10 @@ class NotFoundError(ServiceError):
 
 class TooLargeError(ServiceError):
     status = 413
+
+
+class ConflictError(ServiceError):
+    status = 409
 
 
 class UnavailableError(ServiceError):
@@ -404,11 +412,28 @@ class CorpusService:
         if len(set(targets)) != len(targets):
             raise ServiceError("two uploaded files have the same name")
         with self.ingest_slot:
-            for target, upload in zip(targets, uploads):
-                target.parent.mkdir(parents=True, exist_ok=True)
-                with target.open("wb") as handle:
-                    shutil.copyfileobj(upload.content, handle)
+            staged = [self._stage(target, upload) for target, upload in zip(targets, uploads)]
+            try:
+                for target, temporary in zip(targets, staged):
+                    if target.exists() and not filecmp.cmp(target, temporary, shallow=False):
+                        raise ConflictError(f"another {target.name!r} was uploaded before; its paper stays: rename "
+                                            "the new file to add it")
+                for target, temporary in zip(targets, staged):
+                    temporary.replace(target)
+            finally:
+                for temporary in staged:
+                    temporary.unlink(missing_ok=True)
             return self._ingest(targets)
+
+    @staticmethod
+    def _stage(target: Path, upload: Upload) -> Path:
+        """The upload written beside its target under a temporary name: nothing in the corpus folder changes until
+        every file of the request is known to be acceptable."""
+        target.parent.mkdir(parents=True, exist_ok=True)
+        handle, name = tempfile.mkstemp(dir=target.parent, prefix=".upload-", suffix=".part")
+        with os.fdopen(handle, "wb") as written:
+            shutil.copyfileobj(upload.content, written)
+        return Path(name)
 
     def ingest_folder(self, folder: str) -> IngestReport:
         """Ingest a folder (or file) that already lies inside the storage root, named relative to it; a file inside
@@ -431,6 +456,8 @@ class CorpusService:
         plain = Path(name).name
         if not name or plain != name or name in (".", "..") or "\\" in name or not name.isprintable():
             raise ServiceError(f"file name {name!r} is not a plain file name (no folders, '..' or control characters)")
+        if len(name.encode()) > MAX_NAME_BYTES:
+            raise ServiceError(f"file name {name[:40]!r}... has {len(name.encode())} bytes; at most {MAX_NAME_BYTES}")
         target = (self.storage_root / UPLOADS / name).resolve()
         if not target.is_relative_to(self.storage_root / UPLOADS):  # e.g. a symlink planted in the folder
             raise ServiceError(f"file name {name!r} resolves outside the storage root")

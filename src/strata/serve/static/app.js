@@ -146,7 +146,7 @@ function citeButton(number) {
   const button = element("button", { type: "button", className: "cite", textContent: `[${number}]` });
   button.dataset.number = number;
   button.disabled = !evidenceByNumber.has(number);
-  button.addEventListener("click", () => openEvidence(number));
+  button.addEventListener("click", () => openEvidence(number).catch((error) => showError("ask-error", error.message)));
   return button;
 }
 
@@ -238,7 +238,8 @@ async function search(query) {
     element("ul", {}, ...candidate.chunks.map((hit) => {
       const locator = `${hit.locator.paper_id}#${hit.locator.char_start}-${hit.locator.char_end}`;
       const open = element("button", { type: "button", className: "link", textContent: snippet(hit.text, 200) });
-      open.addEventListener("click", () => showPassage(locator));
+      open.addEventListener("click",
+        () => showPassage(locator).catch((error) => showError("search-error", error.message)));
       const where = `${hit.locator.section_path.join(" › ") || "—"} · ${locator}`;
       return element("li", {}, open, element("div", { className: "locator", textContent: where }));
     })))));
