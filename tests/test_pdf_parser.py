@@ -299,3 +299,34 @@ def test_a_pdf_without_a_text_layer_is_rejected(tmp_path: Path):
     document.save(path)
     with pytest.raises(ParseError, match="no extractable text"):
         parse(path)
+
+
+def test_a_sentence_printed_again_inside_a_paragraph_is_kept_a_repeated_block_is_not():
+    from strata.documents.parsers.pdf.layout import Line
+    from strata.documents.parsers.pdf.noise import drop_noise
+
+    def line(text: str, page: int, block: int, y: float) -> Line:
+        return Line(text, page, 50.0, y, 500.0, y + 10, 10.0, False, "", block)
+
+    stamp = "This article is licensed under a Creative Commons Attribution licence."
+    said = "We found a significant effect of the microstimulation on the recorded potentials."
+    lines = [
+        line(stamp, 1, 1, 400), line(said, 1, 2, 300),
+        line(stamp, 2, 3, 400),  # the licence block again: dropped
+        line("As on the first page, the stimulation had an effect we describe here.", 2, 4, 300),
+        line(said, 2, 4, 312),  # restated inside a paragraph of new text: kept
+    ]
+    kept = [(item.page, item.text) for item in drop_noise(lines, [(600.0, 800.0)] * 2)]
+    assert (2, said) in kept and (2, stamp) not in kept and (1, stamp) in kept
+
+
+def test_the_arxiv_stamp_names_the_paper_not_an_arxiv_id_its_text_cites(tmp_path: Path):
+    path = tmp_path / "preprint.pdf"
+    document = pymupdf.open()
+    page = document.new_page(width=595, height=842)
+    page.insert_text((72, 90), "We build on BERT (Devlin et al., arXiv:1810.04805) for tagging.", fontsize=11)
+    page.insert_text((72, 104), "Our tagger improves recall on every benchmark we tried.", fontsize=11)
+    page.insert_text((30, 600), "arXiv:2301.01234v1 [cs.CL] 3 Jan 2023", fontsize=12, rotate=90)
+    document.save(path)
+    document.close()
+    assert parse(path).arxiv_id == "2301.01234"

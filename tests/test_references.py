@@ -109,6 +109,12 @@ def test_stray_short_lines_are_not_references():
 @pytest.mark.parametrize(
     ("raw", "title", "year"),
     [
+        (  # ACL style, a middle initial inside the author list: no segment ends after 'D.'
+            "Isabelle Augenstein, Mrinal Das, Sebastian Riedel, Lakshmi Vikraman, and Andrew D. McCallum. 2017. "
+            "Semeval 2017 task 10: ScienceIE. In SemEval.",
+            "Semeval 2017 task 10: ScienceIE",
+            2017,
+        ),
         (
             "5. Gaucher, E. A., Thomson, J. M., Burgan, M. F. & Benner, S. A. Inferring the palaeoenvironment of "
             "ancient bacteria on the basis of resurrected proteins. Nature 425, 285–288 (2003).",

@@ -54,7 +54,8 @@ _PAREN_YEAR = re.compile(rf"\(({_YEAR})[a-z]?\)")
 _BARE_YEAR = re.compile(rf"(?<![\d/.\-])({_YEAR})[a-z]?(?![\d/])")
 _LEADING_YEAR = re.compile(rf"^[\s.,:;]*(?:\(?{_YEAR}[a-z]?\)?[.,:;]?\s*)?")
 _URL_OR_DOI = re.compile(r"(?:https?://|www\.|doi:\s*|\b10\.\d{4,9}/)\S*", re.IGNORECASE)
-_SEGMENT_END = re.compile(rf"(?<=[.?!])\s+(?=\S)|(?<=\({_YEAR}\))\s+|(?<=\({_YEAR}[a-z]\))\s+")
+# Not after a middle initial between given name and surname ('Matthew E. Peters'): the names would split in two.
+_SEGMENT_END = re.compile(rf"(?<=[.?!])(?<!\b[A-Z]\.)\s+(?=\S)|(?<=\({_YEAR}\))\s+|(?<=\({_YEAR}[a-z]\))\s+")
 _INITIAL_END = re.compile(r"(?:^|[\s,.\-])(?:[A-Z]{1,3}|[A-Z][a-z]?)\.$|et al\.?$|\b[A-Z]{1,3}$")
 _SPECIES_CUT = re.compile(r"\s[A-Z]\.$")  # 'E.' of 'E. coli': the title goes on
 _YEAR_SEGMENT = re.compile(rf"^\(?{_YEAR}[a-z]?\)?[.,:]?$")

@@ -42,7 +42,8 @@ def read_layout(document: pymupdf.Document, styles: bool) -> Layout:
         lines.extend(page_lines)
         page_sizes.append((page.rect.width, page.rect.height))
         if page.number == 0:
-            first_page_text = "\n".join([line.text for line in page_lines] + stamps)
+            # The rotated stamps first: arXiv's names the paper itself, while the text may cite other arXiv ids.
+            first_page_text = "\n".join(stamps + [line.text for line in page_lines])
     return Layout(lines, page_sizes, first_page_text)
 
 

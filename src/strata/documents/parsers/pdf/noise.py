@@ -51,13 +51,14 @@ def drop_noise(lines: list[Line], page_sizes: list[tuple[float, float]]) -> list
     margin_repeats = 2 if pages <= 3 else 3
     position_repeats = max(3, pages // 2)
     first_page_of = _first_page_of_long_lines(lines)
+    repeated = _repeated_blocks(lines, first_page_of)
 
     def is_noise(line: Line, margin_key: tuple[str, str], position_key: tuple[int, int, str]) -> bool:
         zone = margin_key[0]
         if zone and (_PAGE_NUMBER.match(line.text) or len(margin_pages[margin_key]) >= margin_repeats):
             return True
-        if first_page_of.get(line.text, line.page) < line.page:
-            return True  # a long line printed again on a later page: a repeated license or footnote block
+        if line.block in repeated and first_page_of.get(line.text, line.page) < line.page:
+            return True  # a long line of a block printed again on a later page: a repeated license or footnote block
         return len(position_pages[position_key]) >= position_repeats
 
     return [
@@ -73,6 +74,17 @@ def _first_page_of_long_lines(lines: list[Line]) -> dict[str, int]:
         if len(line.text) >= _BOILERPLATE_CHARS:
             first_page_of.setdefault(line.text, line.page)
     return first_page_of
+
+
+def _repeated_blocks(lines: list[Line], first_page_of: dict[str, int]) -> set[int]:
+    """Text blocks whose every long line was printed on an earlier page: boilerplate repeats as a whole block, while
+    a paper may restate a sentence of its own mid-paragraph (the paragraph must keep it)."""
+    verdicts: dict[int, bool] = {}
+    for line in lines:
+        if len(line.text) >= _BOILERPLATE_CHARS:
+            again = first_page_of[line.text] < line.page
+            verdicts[line.block] = verdicts.get(line.block, True) and again
+    return {block for block, all_again in verdicts.items() if all_again}
 
 
 def _pages_per_key(lines: list[Line], keys: Sequence[Hashable]) -> dict[Hashable, set[int]]:
