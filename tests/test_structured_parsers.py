@@ -442,3 +442,22 @@ def test_malformed_files_raise_parse_error_naming_the_file(tmp_path: Path, file_
         list(iter_papers(path))
     assert file_name in str(raised.value)
     assert raised.value.path == str(path)
+
+
+def test_jats_text_after_a_subsection_is_its_parents_and_lists_are_read_once_apart(tmp_path: Path):
+    body = (
+        "<sec><title>Results</title><p>Cells grew.</p>"
+        "<sec><title>Sub A</title><p>Sub text.</p></sec>"
+        "<p>The criteria were:<list><list-item><p>age over 18;</p><list><list-item><p>adults only.</p></list-item>"
+        "</list></list-item><list-item><p>written consent.</p></list-item></list></p></sec>"
+    )
+    path = tmp_path / "paper.nxml"
+    path.write_text(
+        "<article><front><article-meta><title-group><article-title>A trial</article-title></title-group>"
+        f"</article-meta></front><body>{body}</body></article>"
+    )
+    paper = only_paper(jats.PARSER, path)
+    blocks = {chunk.text: chunk.section_path for chunk in paper.chunks}
+    assert paper.text.count("adults only.") == 1 and "were:age" not in paper.text
+    closing = next(chunk for chunk in paper.chunks if "The criteria were:" in chunk.text)
+    assert closing.section_path == ("Results",), blocks

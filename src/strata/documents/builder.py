@@ -60,6 +60,13 @@ class PaperBuilder:
         self._open.append(section)
         return section
 
+    def end_section(self, section: Section) -> None:
+        """Close `section` and any section still open inside it: blocks added next belong to its parent (a structured
+        format's text after a subsection)."""
+        at = next((index for index, opened in enumerate(self._open) if opened is section), None)
+        if at is not None:
+            del self._open[at:]
+
     def close_sections(self) -> None:
         """Blocks added after this belong to no section (e.g. back matter)."""
         self._open.clear()

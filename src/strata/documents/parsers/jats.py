@@ -81,14 +81,11 @@ def _add_blocks(builder: PaperBuilder, container: Element, level: int) -> None:
         if tag in ("sec", "app"):
             _add_section(builder, element, level)
         elif tag == "p":
-            builder.add_block(element_text(element, replace=_drop_floats))
-            for nested in _floats_in(element):
-                _add_float(builder, nested)
+            _add_paragraph(builder, element)
         elif tag in _FLOATS:
             _add_float(builder, element)
         elif tag == "list":
-            for item in element.iter("list-item"):
-                builder.add_block(element_text(item))
+            _add_list(builder, element)
         elif tag not in _SKIPPED:
             if len(element):
                 _add_blocks(builder, element, level)
@@ -100,12 +97,15 @@ def _add_section(builder: PaperBuilder, section: Element, level: int) -> None:
     if section.get("sec-type") == "supplementary-material":
         return  # only links to files we do not have
     title = element_text(section.find("title"))
+    opened = None
     if title:
         label = element_text(section.find("label")) or None
-        builder.open_section(title, level, number=label)
+        opened = builder.open_section(title, level, number=label)
     elif level == 1:
         builder.close_sections()  # an untitled top-level section: its text belongs to no section
     _add_blocks(builder, section, level + 1)
+    if opened is not None:
+        builder.end_section(opened)  # text after this <sec> inside its parent is the parent's again
 
 
 def _add_float(builder: PaperBuilder, element: Element) -> None:
@@ -130,17 +130,44 @@ def _caption(element: Element) -> str:
     return clean(" ".join(element_text(part) for part in [element.find("label"), *parts]))
 
 
-def _floats_in(element: Element) -> Iterator[Element]:
-    """The outermost floats inside a paragraph, in order."""
+def _add_paragraph(builder: PaperBuilder, paragraph: Element) -> None:
+    """The paragraph's own text, then the lists and floats inside it, each a block of its own (PMC writes no space
+    between tags: a list left inside ran into the sentence introducing it)."""
+    builder.add_block(element_text(paragraph, replace=_drop_nested))
+    for nested in _nested_in(paragraph):
+        _add_nested(builder, nested)
+
+
+def _add_list(builder: PaperBuilder, element: Element) -> None:
+    """Each item a block, a list nested in it after it (its text once, not again inside the item's)."""
+    for item in element:
+        if local_name(item) == "list-item":
+            builder.add_block(element_text(item, replace=_drop_nested))
+            for nested in _nested_in(item):
+                _add_nested(builder, nested)
+
+
+def _add_nested(builder: PaperBuilder, element: Element) -> None:
+    if local_name(element) == "list":
+        _add_list(builder, element)
+    else:
+        _add_float(builder, element)
+
+
+_NESTED = {*_FLOATS, "list"}
+
+
+def _nested_in(element: Element) -> Iterator[Element]:
+    """The outermost floats and lists inside a paragraph or list item, in order."""
     for child in element:
-        if local_name(child) in _FLOATS:
+        if local_name(child) in _NESTED:
             yield child
         else:
-            yield from _floats_in(child)
+            yield from _nested_in(child)
 
 
-def _drop_floats(element: Element) -> str | None:
-    return "" if local_name(element) in _FLOATS else None
+def _drop_nested(element: Element) -> str | None:
+    return "" if local_name(element) in _NESTED else None
 
 
 def _add_back_matter(builder: PaperBuilder, back: Element) -> None:
