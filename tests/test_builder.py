@@ -71,3 +71,18 @@ def test_malformed_locator_is_a_clear_error():
 
     with pytest.raises(ValueError, match="PAPER_ID#START-END"):
         Locator.parse("paper-without-span")
+
+
+def test_headings_asked_for_one_level_are_siblings_even_when_that_level_was_skipped():
+    # '4 Results' then '4.1.1 Setup A' and '4.1.2 Setup B' (no 4.1): B nested inside A when levels were compared
+    # after A had been moved up to depth 2.
+    from strata.documents.builder import PaperBuilder
+
+    builder = PaperBuilder("p", "test")
+    builder.open_section("Results", 1)
+    for title in ("Setup A", "Setup B"):
+        builder.open_section(title, 3)
+        builder.add_block(f"{title} text.")
+    paper = builder.build(title="P")
+    assert [section.path for section in paper.walk_sections()] == [
+        ("Results",), ("Results", "Setup A"), ("Results", "Setup B")]

@@ -461,3 +461,11 @@ def test_jats_text_after_a_subsection_is_its_parents_and_lists_are_read_once_apa
     assert paper.text.count("adults only.") == 1 and "were:age" not in paper.text
     closing = next(chunk for chunk in paper.chunks if "The criteria were:" in chunk.text)
     assert closing.section_path == ("Results",), blocks
+
+
+def test_unarxive_paragraph_headings_sit_below_every_section_level(unarxive_file: Path):
+    paper = next(p for p in unarxive.PARSER.parse(unarxive_file, SETTINGS) if "2212.11862" in p.id)
+    paths = [section.path for section in paper.walk_sections()]
+    assert ("Numerical experiments", "Results", "Decision problems:") in paths  # \paragraph under \subsubsection
+    assert ("Numerical experiments", "Generalizations") in paths  # a subsection is not taken into a paragraph
+    assert ("Optimizer:",) not in paths  # a \paragraph counter '2' is no top-level section number

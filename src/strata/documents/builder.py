@@ -41,6 +41,10 @@ class PaperBuilder:
         self._blocks: list[_Block] = []
         self._roots: list[Section] = []
         self._open: list[Section] = []
+        # The level each open section was asked for: its tree depth can be less (a level-3 heading right under a
+        # level-1 one sits at depth 2), and a later heading compares with what was asked, or two level-3 siblings
+        # would nest.
+        self._asked: list[int] = []
         self.references: list[Reference] = []
 
     @property
@@ -50,9 +54,11 @@ class PaperBuilder:
     def open_section(self, title: str, level: int, number: str | None = None, page: int | None = None) -> Section:
         """Start a section at `level` (1 = top); deeper open sections are closed first."""
         title = " ".join(title.split())
-        while self._open and self._open[-1].level >= level:
+        while self._open and self._asked[-1] >= level:
             self._open.pop()
+            self._asked.pop()
         parent = self._open[-1] if self._open else None
+        self._asked.append(level)
         level = parent.level + 1 if parent else 1
         path = (parent.path if parent else ()) + (title,)
         section = Section(title=title, number=number, level=level, path=path, page_start=page, page_end=page)
@@ -65,11 +71,12 @@ class PaperBuilder:
         format's text after a subsection)."""
         at = next((index for index, opened in enumerate(self._open) if opened is section), None)
         if at is not None:
-            del self._open[at:]
+            del self._open[at:], self._asked[at:]
 
     def close_sections(self) -> None:
         """Blocks added after this belong to no section (e.g. back matter)."""
         self._open.clear()
+        self._asked.clear()
 
     def add_block(self, text: str, content_type: ContentType = ContentType.TEXT, page: int | None = None) -> None:
         text = text.strip()

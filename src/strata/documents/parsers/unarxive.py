@@ -19,7 +19,6 @@ from strata.documents.identifiers import normalize_arxiv_id, normalize_doi, safe
 from strata.documents.model import ContentType, Paper, Reference
 from strata.documents.parsers import ParseError
 from strata.documents.parsers._structured import (
-    HeadingLevels,
     add_abstract,
     clean,
     first_json_line,
@@ -35,6 +34,7 @@ _MARKER = re.compile(r"\{\{(formula|cite|figure|table):([^{}]*)\}\}")
 _FLOAT_MARKER = re.compile(r"\{\{(figure|table):([^{}]*)\}\}")
 _FLOAT_TYPES = {"figure": ContentType.FIGURE_CAPTION, "table": ContentType.TABLE}
 _SEC_TYPE_DEPTH = {"section": 1, "subsection": 2, "subsubsection": 3}
+_PARAGRAPH_DEPTH = 4  # \paragraph and other heading types: below any sectioning level
 _NO_CAPTION = "NO_CAPTION"
 # Longer LaTeX is a display block (or a mis-split formula); as text it would only add noise to chunks.
 _MAX_FORMULA_CHARS = 200
@@ -66,13 +66,12 @@ def paper_from_record(record: dict[str, Any], path: Path, settings: ParsingSetti
     builder = PaperBuilder(safe_paper_id(str(record["paper_id"])), UnarxiveParser.name, settings.chunking)
     abstract = clean((record.get("abstract") or {}).get("text") or metadata.get("abstract"))
     add_abstract(builder, [abstract] if abstract else [])
-    levels = HeadingLevels()
     current: tuple[str, str, str] | None = None
     for paragraph in record["body_text"]:
         heading = (paragraph.get("section") or "", str(paragraph.get("sec_number") or ""), paragraph.get("sec_type"))
         if heading != current:
             current = heading
-            _open_heading(builder, levels, markers.inline(heading[0]), *heading[1:])
+            _open_heading(builder, markers.inline(heading[0]), *heading[1:])
         for text, content_type in markers.blocks(paragraph.get("text") or ""):
             builder.add_block(text, content_type)
     builder.references.extend(_reference(entry) for entry in bib_entries.values())
@@ -88,13 +87,15 @@ def paper_from_record(record: dict[str, Any], path: Path, settings: ParsingSetti
     )
 
 
-def _open_heading(builder: PaperBuilder, levels: HeadingLevels, title: str, number: str, sec_type: str | None) -> None:
+def _open_heading(builder: PaperBuilder, title: str, number: str, sec_type: str | None) -> None:
     if not title:
         builder.close_sections()
         return
-    number_or_none = number if number_depth(number) else None  # '-1' marks an unnumbered heading
     depth = _SEC_TYPE_DEPTH.get(sec_type or "")
-    builder.open_section(title, levels.level(number_or_none, depth), number=number_or_none)
+    # unarXive's sec_number counts within the parent ('1', '2'), no dotted number: the level comes from sec_type, and
+    # a heading of another type (\paragraph) sits below any section, whatever its counter says.
+    number_or_none = number if depth and number_depth(number) else None  # '-1' marks an unnumbered heading
+    builder.open_section(title, depth or _PARAGRAPH_DEPTH, number=number_or_none)
 
 
 class _Markers:
