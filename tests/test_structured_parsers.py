@@ -469,3 +469,24 @@ def test_unarxive_paragraph_headings_sit_below_every_section_level(unarxive_file
     assert ("Numerical experiments", "Results", "Decision problems:") in paths  # \paragraph under \subsubsection
     assert ("Numerical experiments", "Generalizations") in paths  # a subsection is not taken into a paragraph
     assert ("Optimizer:",) not in paths  # a \paragraph counter '2' is no top-level section number
+
+
+def test_jats_floats_group_back_notes_and_citation_alternatives_are_read(tmp_path: Path):
+    path = tmp_path / "paper.nxml"
+    path.write_text(
+        "<article><front><article-meta><title-group><article-title>A study</article-title></title-group>"
+        "</article-meta></front><body><p>Cells grew faster (Figure 1).</p></body><back>"
+        "<notes><title>Data availability</title><p>All data are on Zenodo.</p></notes>"
+        "<ref-list><ref id='r1'><citation-alternatives><element-citation><person-group><name><surname>Smith"
+        "</surname><given-names>J</given-names></name></person-group><article-title>Zinc fingers bind DNA"
+        "</article-title><year>2019</year></element-citation><mixed-citation><string-name>Smith J</string-name>. "
+        "<article-title>Zinc fingers bind DNA</article-title>. <year>2019</year>.</mixed-citation>"
+        "</citation-alternatives></ref></ref-list></back>"
+        "<floats-group><fig id='f1'><label>Figure 1</label><caption><p>Growth curves.</p></caption></fig>"
+        "</floats-group></article>"
+    )
+    paper = only_paper(jats.PARSER, path)
+    assert "All data are on Zenodo." in paper.text and ("Data availability",) in paths_of(paper)
+    assert any("Growth curves." in text for text in chunks_of(paper, ContentType.FIGURE_CAPTION))
+    (reference,) = paper.references
+    assert (reference.title, reference.year) == ("Zinc fingers bind DNA", 2019)

@@ -60,6 +60,10 @@ def paper_from_jats(root: Element, path: Path, settings: ParsingSettings) -> Pap
     add_abstract(builder, abstract)
     _add_blocks(builder, find_or_empty(root, "body"), level=1)
     _add_back_matter(builder, find_or_empty(root, "back"))
+    builder.close_sections()
+    for float_ in find_or_empty(root, "floats-group"):  # a publisher's figures and tables gathered after the back
+        if local_name(float_) in _FLOATS:
+            _add_float(builder, float_)
     builder.references.extend(_reference(ref) for ref in root.iterfind("back//ref"))
     journal = find_or_empty(root, "front/journal-meta")
     return builder.build(
@@ -176,7 +180,7 @@ def _add_back_matter(builder: PaperBuilder, back: Element) -> None:
         if tag == "ack":
             builder.open_section(element_text(element.find("title")) or _ACK_TITLE, level=1)
             _add_blocks(builder, element, level=2)
-        elif tag in ("sec", "app"):
+        elif tag in ("sec", "app", "notes"):  # notes: data availability, author contributions
             _add_section(builder, element, level=1)
         elif tag == "app-group":
             _add_blocks(builder, element, level=1)
@@ -211,7 +215,9 @@ def _article_id(meta: Element, kind: str) -> str | None:
 
 
 def _reference(ref: Element) -> Reference:
-    citation = next((child for child in ref if local_name(child) in _CITATIONS), ref)
+    # Anywhere inside: <citation-alternatives> wraps them; a mixed citation is the reference as printed.
+    found = [child for child in ref.iter() if local_name(child) in _CITATIONS]
+    citation = next((c for c in found if local_name(c) == "mixed-citation"), found[0] if found else ref)
     titles = (element_text(citation.find(tag)) for tag in ("article-title", "chapter-title", "source"))
     title = next(filter(None, titles), None)
     pub_ids = {found.get("pub-id-type", "").lower(): element_text(found) for found in citation.iter("pub-id")}
