@@ -435,3 +435,20 @@ def test_relate_caches_a_papers_chunk_mean_only_once_the_dense_sync_covers_it(tm
     gamma = index.dense.vectors()[index.bm25.rowids_of_papers({"gamma"})[0]]
     assert np.allclose(vectors._load()["gamma"], gamma)
     store.close()
+
+
+def test_a_replaced_index_is_freed_by_reference_counting_alone(tmp_path: Path) -> None:
+    # A server freezes its startup objects out of the cycle collector's sight: an index in a reference cycle was
+    # never freed once an ingest replaced it (its faiss copy and tantivy readers stayed for the process's life).
+    import gc
+    import weakref
+
+    store, index = open_index(tmp_path)
+    gone = weakref.ref(index)
+    gc.disable()
+    try:
+        del index
+        assert gone() is None
+    finally:
+        gc.enable()
+        store.close()

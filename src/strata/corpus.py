@@ -7,6 +7,7 @@ Protocols (`PaperStore`, `LexicalIndex`, `VectorIndex`, `Searcher`) or a `Corpus
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Hashable, Iterator
 from contextlib import ExitStack, contextmanager
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
@@ -55,6 +56,7 @@ class Corpus:
         self._decider: LLMClient | None = None
         self._reranker: Reranker | None = None
         self._cache: dict[Hashable, Any] = {}
+        self._cache_lock = threading.Lock()  # questions asked at once (serve.concurrent_asks) make each once
 
     @classmethod
     @contextmanager
@@ -110,9 +112,10 @@ class Corpus:
 
     def cached(self, key: Hashable, make: Callable[[], T]) -> T:
         """`make()`, computed once per key while this corpus is open."""
-        if key not in self._cache:
-            self._cache[key] = make()
-        return cast(T, self._cache[key])
+        with self._cache_lock:
+            if key not in self._cache:
+                self._cache[key] = make()
+            return cast(T, self._cache[key])
 
     def refresh(self) -> None:
         """See what another writer (an ingest) added: fresh index readers and a new searcher; caches are dropped."""

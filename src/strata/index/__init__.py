@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import AbstractContextManager
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeGuard
 
@@ -53,7 +54,9 @@ class CorpusIndex:
             self.bm25 = BM25Index(self.folder / "bm25", settings.index.reference_entries)
             self.dense = DenseIndex(self.folder / "dense", settings.index)
             # One sync at a time across processes: tantivy allows one writer, and two dense syncs would race.
-            self._sync_lock = lambda: hold_lock(self.folder / "sync.lock", self.lock_timeout_s, "index sync")
+            # A partial, not a lambda over self: that cycle kept every replaced index (faiss copy, tantivy readers)
+            # alive in a server, whose startup objects gc.freeze() takes out of the collector's sight.
+            self._sync_lock = partial(hold_lock, self.folder / "sync.lock", self.lock_timeout_s, "index sync")
 
     def sync(
         self, progress_callback: ProgressCallback | None = None, vectors_of: ChunkVectors | None = None
