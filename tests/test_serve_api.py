@@ -372,3 +372,16 @@ def test_locate_reads_the_papers_text_once(tmp_path) -> None:
     assert (located.text, located.before, located.after) == ("The measured value was 42 mg.", " span. ", " After ")
     assert located.section_path == ("Results",) and located.page == 2 and located.title == "A paper"
     assert len(reads) == 1, reads
+
+
+def test_an_ingest_loads_the_new_indices_on_its_own_thread_not_the_next_searchs(tmp_path: Path) -> None:
+    # The next search ran on the event loop and loaded them there, stalling every other request meanwhile.
+    import io
+
+    from strata.serve.service import CorpusService, Upload
+
+    settings = corpus_settings(tmp_path / "home")
+    body = b'{"_id": "a", "title": "Zinc study", "text": "Zinc lozenges shortened colds."}\n'
+    with closing(CorpusService(settings)) as service:
+        service.ingest_uploads([Upload(name="corpus.jsonl", content=io.BytesIO(body), size=len(body))])
+        assert service.corpus.index.bm25._index is not None  # opened by the ingest, before any search

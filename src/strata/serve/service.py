@@ -468,8 +468,10 @@ class CorpusService:
 
         report = ingest(paths, self.settings)
         # A fresh view of the indices ingest just synced: searchable at once (other readers, such as the resident
-        # pipeline, see the change within about a second, when tantivy reloads).
+        # pipeline, see the change within about a second, when tantivy reloads). Loaded here, on the ingest's
+        # thread: the next search would otherwise load them on the event loop and stall every other request.
         self.corpus.refresh()
+        self.warm_up()
         # Paths in the report are the server's own; clients see them relative to the storage root.
         for outcome in report.files:
             outcome.path = str(Path(outcome.path).relative_to(self.storage_root))
