@@ -128,6 +128,18 @@ def test_a_committed_journal_replays_answers_on_a_machine_with_an_empty_cache(tm
     assert [third.complete(prompt).label for prompt in (PROMPT, other)] == ["a", "b"]
 
 
+def test_a_journal_cut_inside_a_character_or_holding_a_line_separator_still_replays(tmp_path):
+    journal = tmp_path / "answers.jsonl"
+    answers = ['{"label": "10 \u00b5m\u2028apart", "confidence": 1}']
+    first = LLMClient(ScriptedBackend(answers), LLMSettings(), ResponseCache(tmp_path / "one.sqlite", journal))
+    first.complete(PROMPT)
+    first.close()
+    cut = '{"key": "k", "value": "10 \u00b5'.encode()[:-1]  # killed inside the two bytes of a '\u00b5'
+    journal.write_bytes(journal.read_bytes() + cut)
+    replay = LLMClient(ScriptedBackend([]), LLMSettings(), ResponseCache(tmp_path / "two.sqlite", journal))
+    assert replay.complete(PROMPT).label == "10 \u00b5m\u2028apart"  # not asked again
+
+
 def test_cache_keys_separate_models_schemas_and_prompts(tmp_path):
     answers = ['{"label": "x", "confidence": 1}', '{"label": "y", "confidence": 1}']
     client, backend = client_for(answers, tmp_path)

@@ -55,16 +55,18 @@ class ResponseCache:
         interrupted write is skipped: its answer is asked again and journaled anew."""
         if self.journal is None or not self.journal.is_file():
             return set()
-        text = self.journal.read_text(encoding="utf-8")
-        if text and not text.endswith("\n"):  # end the cut line, so the next answer starts a line of its own
+        data = self.journal.read_bytes()
+        if data and not data.endswith(b"\n"):  # end the cut line, so the next answer starts a line of its own
             with self.journal.open("a", encoding="utf-8") as file:
                 file.write("\n")
         entries: dict[str, str] = {}
-        for line in text.splitlines():
+        # Split on newlines alone, in bytes: a cut can fall inside a multi-byte character, and an answer may hold
+        # U+2028, which str.splitlines() takes for a line end.
+        for line in data.split(b"\n"):
             try:
-                entry = json.loads(line)
+                entry = json.loads(line.decode("utf-8"))
                 entries[entry["key"]] = entry["value"]
-            except (json.JSONDecodeError, KeyError, TypeError):
+            except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError):
                 continue
         with self._lock, self._connection:
             self._connection.executemany(

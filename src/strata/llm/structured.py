@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
@@ -24,36 +25,76 @@ class StructuredOutputError(ValueError):
 
 def extract_json_object(text: str) -> dict[str, Any]:
     """The first JSON object in `text`, after dropping <think> blocks and code fences; trailing text is ignored."""
-    cleaned = _THINK_BLOCK.sub("", text)
-    # Fenced blocks first (the model marked them as the answer), then the whole text.
-    candidates = [match.group(1) for match in _CODE_FENCE.finditer(cleaned)] + [cleaned]
-    for candidate in candidates:
-        value = _first_object(candidate)
-        if value is not None:
-            return value
+    for value in _objects(text):
+        return value
     raise StructuredOutputError("no complete JSON object found in the answer")
 
 
-def _first_object(text: str) -> dict[str, Any] | None:
+def _objects(text: str) -> Iterator[dict[str, Any]]:
+    """The complete top-level JSON objects of `text`: those of its fenced blocks first (the model marked them as the
+    answer), then those of the whole text."""
+    cleaned = _THINK_BLOCK.sub("", text)
+    for candidate in [match.group(1) for match in _CODE_FENCE.finditer(cleaned)] + [cleaned]:
+        yield from _top_level_objects(candidate)
+
+
+def _top_level_objects(text: str) -> Iterator[dict[str, Any]]:
+    """Objects in order; past one that does not decode but closes (a trailing comma), the search goes on after it,
+    not inside it: its inner object is a part of a broken answer, not the answer."""
     decoder = json.JSONDecoder()
-    # raw_decode stops at the end of one complete value, which is exactly "the first balanced object".
-    for match in re.finditer(r"\{", text):
+    at = 0
+    while (start := text.find("{", at)) != -1:
         try:
-            value, _ = decoder.raw_decode(text, match.start())
+            value, at = decoder.raw_decode(text, start)  # ends exactly at the end of one balanced value
         except json.JSONDecodeError:
+            end = _after_braces(text, start)
+            # A broken object that closes (a trailing comma) is skipped whole; one that never closes was abandoned,
+            # and the object started inside it may be the model's second try.
+            at = end if end <= len(text) else start + 1
             continue
         if isinstance(value, dict):
-            return value
-    return None
+            yield value
+
+
+def _after_braces(text: str, start: int) -> int:
+    """The index after the brace closing the one at `start` (strings skipped), or len(text) + 1 when it never
+    closes. Written by hand: json can only say that the object is broken, not where it ends."""
+    depth, in_string, escaped = 0, False, False
+    for at in range(start, len(text)):
+        char = text[at]
+        if in_string:
+            escaped, in_string = (False, True) if escaped else (char == "\\", char != '"')
+        elif char == '"':
+            in_string = True
+        elif char in "{[":
+            depth += 1
+        elif char in "}]":
+            depth -= 1
+            if depth == 0:
+                return at + 1
+    return len(text) + 1
 
 
 def parse_structured(text: str, model: type[T]) -> T:
-    """Validate the first JSON object in `text` against `model`."""
-    value = extract_json_object(text)
-    try:
-        return model.model_validate(value)
-    except ValidationError as error:
-        raise StructuredOutputError(describe_validation_error(error)) from error
+    """The first non-empty JSON object in `text` that validates against `model` (an example object or a stray '{}'
+    before the answer is passed over; '{}' itself when nothing else validates); the first object's errors when none
+    does."""
+    first_error: ValidationError | None = None
+    empty: T | None = None  # '{}' says nothing: a later object is the answer when there is one
+    for value in _objects(text):
+        try:
+            parsed = model.model_validate(value)
+        except ValidationError as error:
+            first_error = first_error or error
+            continue
+        if value:
+            return parsed
+        empty = empty or parsed
+    if empty is not None:
+        return empty
+    if first_error is None:
+        raise StructuredOutputError("no complete JSON object found in the answer")
+    raise StructuredOutputError(describe_validation_error(first_error)) from first_error
 
 
 def describe_validation_error(error: ValidationError) -> str:
