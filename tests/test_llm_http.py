@@ -236,6 +236,17 @@ def test_auto_response_format_falls_back_once_and_remembers(fake_server, monkeyp
     assert server.requests[0][2]["Authorization"] == "Bearer sk-fake"
 
 
+def test_a_schema_one_request_cannot_use_falls_back_for_that_request_alone(fake_server):
+    # vLLM rejects some schemas its grammar engine cannot compile: that says nothing of the response_format itself.
+    server = fake_server([(400, "features not supported by xgrammar"), (200, chat(GOOD)), (200, chat(GOOD))])
+    with make_client(http_settings(server.base_url)) as client:
+        client.complete(CHECK)
+        client.complete(CHECK.model_copy(update={"user": "another passage"}))
+    formats = [body["response_format"]["type"] for _, body, _ in server.requests]
+    assert formats == ["json_schema", "json_object", "json_schema"]
+    assert '"datasets"' in server.requests[1][1]["messages"][0]["content"]  # json_object: the schema in words too
+
+
 def test_an_error_every_format_gets_leaves_the_response_format_for_later_requests(fake_server):
     too_long = (400, "This model's maximum context length is 2048 tokens")
     server = fake_server([too_long] * 3 + [(200, chat(GOOD))])

@@ -22,9 +22,10 @@ class LLMUnavailableError(LLMError):
 class LLMRequestError(LLMError):
     """The server rejected a request (a 4xx other than 429); retrying the same request would not help."""
 
-    def __init__(self, message: str, status_code: int) -> None:
+    def __init__(self, message: str, status_code: int, unsupported: bool = False) -> None:
         super().__init__(message)
         self.status_code = status_code
+        self.unsupported = unsupported  # the server named the feature it does not take (e.g. response_format)
 
 
 class ScoringNotSupportedError(LLMError):

@@ -43,10 +43,13 @@ class OpenAIBackend:
         """The answer; a response_format the server rejects gives way to the next one, and that is remembered only
         once a later one is accepted: an error every format gets (a prompt over the context) keeps them all."""
         modes = list(self._formats) if schema is not None else ["none"]
+        # Remembered only when every format given up was refused as such: another 400 (a schema one server's
+        # grammar engine cannot compile) falls back for this request alone, not for every later one.
+        remember = True
         while True:
             mode = modes[0]
-            # Without a response_format the schema can only be asked for in words.
-            system_text = system if schema is None or mode != "none" else with_schema_instruction(system, schema)
+            # Without json_schema the schema can only be asked for in words (json_object only asks for some JSON).
+            system_text = system if schema is None or mode == "json_schema" else with_schema_instruction(system, schema)
             body: dict[str, Any] = {
                 "model": self.model,
                 "messages": [{"role": "system", "content": system_text}, {"role": "user", "content": user}],
@@ -63,9 +66,10 @@ class OpenAIBackend:
             except LLMRequestError as error:
                 if len(modes) > 1 and error.status_code in (400, 422, 500):
                     modes.pop(0)  # perhaps this server does not take that response_format: try the next one
+                    remember = remember and (error.unsupported or mode in str(error))
                     continue
                 raise
-            if schema is not None:
+            if schema is not None and remember:
                 self._formats = modes  # those rejected before this accepted one are not asked again
             return Generation(
                 text=_message_text(data, self._shown_url),
@@ -147,6 +151,7 @@ class OpenAIBackend:
                     f"{self._shown_url}{path} does not support {unsupported_marker} here: HTTP "
                     f"{response.status_code}: {response.text[:300]}",
                     response.status_code,
+                    unsupported=True,
                 )
             if response.status_code == 429 or response.status_code >= 500:
                 last_problem = f"HTTP {response.status_code}: {response.text[:200]}"
