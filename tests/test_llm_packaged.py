@@ -55,6 +55,18 @@ def test_a_checksum_mismatch_refuses_and_leaves_no_file(split_model, tmp_path):
     assert list((tmp_path / "models").iterdir()) == []
 
 
+def test_an_interruption_after_the_copy_leaves_no_partial_model(split_model, tmp_path, monkeypatch):
+    import strata.llm.packaged as packaged
+
+    def interrupted(source, target):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(packaged.os, "replace", interrupted)  # Ctrl-C between the last write and the rename
+    with pytest.raises(KeyboardInterrupt):
+        prepare_packaged(split_model, tmp_path / "models")
+    assert list((tmp_path / "models").iterdir()) == []
+
+
 def test_a_tampered_assembled_file_is_rebuilt_from_the_parts(split_model, tmp_path):
     path = prepare_packaged(split_model, tmp_path / "models").path
     path.write_bytes(b"GGUF" + b"x" * 137)  # same size, different bytes, new mtime: the stamp no longer matches

