@@ -158,6 +158,19 @@ def test_score_goes_through_the_cache_and_the_trace(tmp_path):
     assert trace.calls[0].kind == "score"
 
 
+def test_a_backend_scoring_another_way_does_not_replay_cached_scores(tmp_path):
+    from strata.llm.openai_http import OpenAIBackend
+
+    client, backend = client_for([], tmp_path)
+    client.score(PROMPT, ["Methods"])
+    backend.scoring_identity = "### {system}\n{user}\n### Answer:"  # e.g. a non-ChatML completion template
+    client.score(PROMPT, ["Methods"])
+    assert len(backend.requests) == 2  # scored again, not replayed
+    default = OpenAIBackend(LLMSettings(backend="openai", base_url="http://127.0.0.1:9/v1"))
+    custom = OpenAIBackend(LLMSettings(backend="openai", base_url="http://127.0.0.1:9/v1", completion_template="{user}"))
+    assert default.scoring_identity == "" and custom.scoring_identity == "{user}"  # the default keeps old keys
+
+
 def test_an_explicit_trace_wins_over_the_active_one():
     client, _ = client_for(['{"label": "a", "confidence": 0}'])
     explicit = Trace()

@@ -140,7 +140,10 @@ class LLMClient:
     ) -> list[ContinuationScore]:
         """Log-probability of each continuation as the start of the answer to `prompt`, in the given order."""
         started = time.perf_counter()
-        key = self._key(kind="score", system=prompt.system, user=prompt.user, continuations=list(continuations))
+        # A backend's own scoring setup (a non-default completion template) when it has one; none keeps old keys.
+        setup = {"scoring": identity} if (identity := getattr(self.backend, "scoring_identity", "")) else {}
+        key = self._key(kind="score", system=prompt.system, user=prompt.user, continuations=list(continuations),
+                        **setup)
         cached = self._cache.get(key) if self._cache is not None else None
         if cached is not None:
             scoring, hit = Scoring.model_validate_json(cached), True

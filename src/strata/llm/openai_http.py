@@ -78,6 +78,13 @@ class OpenAIBackend:
                 transport_retries=retries,
             )
 
+    @property
+    def scoring_identity(self) -> str:
+        """What besides the prompt decides a score here: a completion template other than the default (cached
+        scores taken with another template are other scores)."""
+        template = self._settings.completion_template
+        return "" if template == type(self._settings).model_fields["completion_template"].default else template
+
     def score(self, system: str, user: str, continuations: Sequence[str]) -> Scoring:
         """Log-probabilities from /v1/completions with echo and logprobs, on a prompt formatted by
         `completion_template` (the chat template is applied here because /completions takes raw text)."""
