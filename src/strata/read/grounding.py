@@ -111,8 +111,7 @@ def fine_tokens(text: str) -> list[str]:
     """Numbers (signed, in one spelling), words and meaningful symbols of `text`, in order; folded, except that a
     unit right after a number keeps its `unit_form` ('5 mW' is not '5 MW'), unless the three are one name
     ('K548R' is 'k548r', 'IL-17A' 'IL-17a')."""
-    written = _written(text)
-    found = list(FINE.finditer(written))
+    written, found = _matches(text)
     tokens = [_number(match.group()) if is_number(match.group()) else match.group() for match in found]
     return [unit_form(token) if at and is_number(tokens[at - 1]) and not _in_name(found, written, at) else _folded(token)
             for at, token in enumerate(tokens)]  # fmt: skip
@@ -121,9 +120,14 @@ def fine_tokens(text: str) -> list[str]:
 def name_numbers(text: str) -> set[int]:
     """Positions among `fine_tokens(text)` of the numbers that are part of a name ('IL-6', 'p53', 'K548R'): no
     count or measurement."""
-    written = _written(text)
-    found = list(FINE.finditer(written))
+    written, found = _matches(text)
     return {at for at, match in enumerate(found) if is_number(match.group()) and _after_letters(found, written, at)}
+
+
+def _matches(text: str) -> tuple[str, list[re.Match[str]]]:
+    """`text` as written for comparison, and its fine tokens' matches in it (their spans say what is glued)."""
+    written = _written(text)
+    return written, list(FINE.finditer(written))
 
 
 def _after_letters(found: Sequence[re.Match[str]], written: str, at: int) -> bool:

@@ -161,9 +161,13 @@ class RequestGuard:
                 return 403, f"cross-origin request from {origin} refused"
         if self.token and scope["path"] == "/ingest":
             scheme, _, given = headers.get("authorization", "").partition(" ")
-            if scheme.lower() != "bearer" or not secrets.compare_digest(given.strip().encode(), self.token.encode()):
+            if scheme.lower() != "bearer" or not _same_token(given.strip(), self.token):
                 return 401, "missing or wrong bearer token (Authorization: Bearer ...)"
         return None
+
+
+def _same_token(given: str, token: str) -> bool:
+    return secrets.compare_digest(given.encode(), token.encode())  # in constant time
 
 
 def _bearer_check(token: str) -> Callable[..., Awaitable[None]]:
@@ -171,7 +175,7 @@ def _bearer_check(token: str) -> Callable[..., Awaitable[None]]:
 
     # Async: it does no I/O, and a sync dependency would cost every API request a trip through the thread pool.
     async def check(credentials: HTTPAuthorizationCredentials | None = Depends(bearer)) -> None:
-        if credentials is None or not secrets.compare_digest(credentials.credentials.encode(), token.encode()):
+        if credentials is None or not _same_token(credentials.credentials, token):
             raise HTTPException(401, "missing or wrong bearer token (Authorization: Bearer ...)",
                                 headers={"WWW-Authenticate": "Bearer"})
 
