@@ -52,13 +52,15 @@ def chunk_vectors(dense: object) -> dict[int, np.ndarray] | None:
     return dense.vectors() if isinstance(dense, DenseIndex) else None
 
 
-def pending_papers(store: PaperStore, dense: object) -> tuple[int | None, set[str]]:
-    """The faiss index's synced chunk row id, and the papers with chunks beyond it (an ingest's sync still running,
-    or not run): their chunk means would be partial or missing, so they are not cached yet."""
-    synced = dense.synced_rowid() if isinstance(dense, DenseIndex) else None
-    if synced is None:
-        return None, set()
-    return synced, {paper_id for _, paper_id in store.chunk_papers_after(synced)}
+def synced_rowid(dense: object) -> int | None:
+    """The faiss index's synced chunk row id (None: no faiss index, or nothing saved yet)."""
+    return dense.synced_rowid() if isinstance(dense, DenseIndex) else None
+
+
+def pending_papers(store: PaperStore, synced: int | None) -> set[str]:
+    """The papers with chunks beyond the synced row id (an ingest's sync still running, or not run): their chunk
+    means would be partial or missing, so they are not cached yet."""
+    return set() if synced is None else {paper_id for _, paper_id in store.chunk_papers_after(synced)}
 
 
 def chunk_means(store: PaperStore, vectors: dict[int, np.ndarray], paper_ids: Sequence[str]) -> dict[str, np.ndarray]:
@@ -112,10 +114,11 @@ class PaperVectors:
             self._refresh(store)
 
     def _refresh(self, store: PaperStore) -> None:
-        synced, pending = pending_papers(store, self.dense) if self.source == "chunk-mean" else (None, set())
+        synced = synced_rowid(self.dense) if self.source == "chunk-mean" else None
         version = (*store_version(store), synced)  # a sync that catches up is a new version too
         if version == self._version:
             return
+        pending = pending_papers(store, synced)  # looked up only when there is something to rebuild
         current = store.paper_ids()
         present = set(current)
         cached = {paper_id: vector for paper_id, vector in self._load().items() if paper_id in present}
