@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -320,6 +320,7 @@ def cross_encoder(bench: Bench, corpus: Corpus, hybrid, bm25, capped) -> None:
         started = time.perf_counter()
         scores = {ranking.query: reranker.scores(ranking.query, ranking) for ranking in first.values()}
         seconds = (time.perf_counter() - started) / max(len(first), 1)
+        keep_scores(bench.args.work, f"{subset}-{name}", first, {qid: scores[r.query] for qid, r in first.items()})
         rankings = {qid: reordered_by_scores(ranking, scores[ranking.query], "cross-encoder")
                     for qid, ranking in first.items()}  # fmt: skip
         rescored = Rescored(rankings, "cross-encoder", scores)
@@ -390,9 +391,22 @@ def dev_fusion(bench: Bench, corpus: Corpus, reranker) -> tuple[FusionChoice, di
     dev = load_beir(SCIFACT, split="train")
     chosen = {query.id: query.text for query in dev.queries[: bench.args.ce_dev_queries]}
     validation = Validation(chosen, dev.qrels, corpus, first_stage_depth(bench.args))
-    by_mode = choose_by_mode(validation.first, validation.scores(reranker), validation.query_ndcg, "nDCG@10",
+    scores = validation.scores(reranker)
+    keep_scores(bench.args.work, "dev", validation.first, scores)
+    by_mode = choose_by_mode(validation.first, scores, validation.query_ndcg, "nDCG@10",
                              max_p=bench.settings.search.fusion_max_p)
     return preferred(by_mode), {mode: choice.model_dump() for mode, choice in by_mode.items()}
+
+
+def keep_scores(
+    work: Path, label: str, first: Mapping[str, Ranking], scores: Mapping[str, Mapping[str, float]]
+) -> None:
+    """Each query's first-stage ranking and cross-encoder scores, under --work, so other fusions can be studied
+    without scoring again (the scores take most of a cross-encoder row's time)."""
+    kept = {qid: {"first": [[c.paper_id, c.score] for c in ranking.candidates], "scores": dict(scores[qid])}
+            for qid, ranking in first.items()}  # fmt: skip
+    (work / "scores").mkdir(exist_ok=True)
+    (work / "scores" / f"{label}.json").write_text(json.dumps(kept), encoding="utf-8")
 
 
 class Rescored:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from strata.config import LLMSettings, Settings
 from strata.documents.model import Paper
@@ -53,10 +54,14 @@ def test_a_trained_cross_encoder_is_saved_under_the_store_and_loads_back(store: 
     assert isinstance(make_reranker(settings, store), FirstStage)
     reranker = make_reranker(settings, store, method="cross-encoder")
     assert isinstance(reranker, CrossEncoderReranker)
+    # It scores in raw logits when loaded back (a sigmoid saturated the top candidates for score fusion).
+    assert type(reranker.model.activation_fn).__name__ == "Identity"
     result = reranker.rank("zinc trial", first_stage(12))
     assert sorted(c.paper_id for c in result.candidates) == [f"p{n:03d}" for n in range(12)]
     assert result.method == "hybrid>cross-encoder"
+    torch.set_num_threads(1)  # what embedding a search query leaves behind (torch's count is process-wide)
     scores = reranker.scores("zinc trial", first_stage(12))  # its best window's logit, for the top depth
+    assert torch.get_num_threads() == settings.rerank.cross_encoder_threads == 2  # it scores on its own threads
     assert len(scores) == min(12, settings.rerank.cross_encoder_depth)
     assert result.paper_ids[: len(scores)] == sorted(scores, key=lambda pid: -scores[pid])
     # The fusion validation chose is what the factory builds: here scores, at weight 0.5.

@@ -518,6 +518,12 @@ class RerankSettings(_Section):
     )
     cross_encoder_depth: int = Field(default=100, ge=1, description="Cross-encoder: top candidates rescored")
     cross_encoder_batch: int = Field(default=32, ge=1, description="Cross-encoder: pairs per scoring batch")
+    cross_encoder_threads: int = Field(
+        default=2,
+        ge=1,
+        description="Cross-encoder: torch CPU threads for scoring and training (torch's count is process-wide; "
+        "without its own, the cross-encoder ran on the one thread a search query's embedding had set)",
+    )
     cross_encoder_windows: int = Field(
         default=4,
         ge=1,

@@ -133,8 +133,6 @@ class Embedder:
         if not texts:
             return np.zeros((0, self.dimension), dtype=np.float32)
         model = self.query_model if query else self.model
-        import torch
-
         # An int8 model quantizes its activations over the whole batch, so a query's vector would depend on the
         # queries batched with it: each is embedded alone, as a search embeds it.
         batch = 1 if query and self.settings.query_int8 else self.settings.batch_size
@@ -142,8 +140,7 @@ class Embedder:
         encode = model.encode_query if query else model.encode_document
         # Torch's thread count is process-wide: encode one batch at a time, each with the count it asked for.
         with TORCH_LOCK:
-            if torch.get_num_threads() != threads:
-                torch.set_num_threads(threads)
+            torch_threads(threads)
             vectors = encode(
                 list(texts),
                 batch_size=batch,
@@ -157,6 +154,14 @@ class Embedder:
 _LOAD_LOCK = threading.Lock()
 # Torch's thread count is process-wide: one model call at a time (embedder and cross-encoder alike).
 TORCH_LOCK = threading.Lock()
+
+
+def torch_threads(threads: int) -> None:
+    """Give torch `threads` CPU threads (process-wide: a caller holds TORCH_LOCK, or is the only torch user)."""
+    import torch
+
+    if torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
 
 
 # Weights are read-only and ~90 MB: one copy per process, shared by every Embedder of the same model (the corpus's

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from strata.config import RerankSettings, Settings
 from strata.documents.model import Ranking
-from strata.encoders.embedder import TORCH_LOCK
+from strata.encoders.embedder import TORCH_LOCK, torch_threads
 from strata.rerank.base import nan_lowest
 from strata.rerank.fusion import FusionChoice, reordered_by_scores
 from strata.rerank.texts import PaperTexts
@@ -52,15 +52,17 @@ class CrossEncoderReranker:
     name = "cross-encoder"
 
     def __init__(
-        self, model: CrossEncoder, texts: PaperTexts, depth: int, passage_words: int, batch: int, windows: int = 1
+        self, model: CrossEncoder, texts: PaperTexts, depth: int, passage_words: int, batch: int, windows: int = 1,
+        threads: int = 2,
     ) -> None:
         self.model, self.texts = model, texts
         self.depth, self.passage_words, self.batch, self.windows = depth, passage_words, batch, windows
+        self.threads = threads
 
     @classmethod
     def configured(cls, model: CrossEncoder, texts: PaperTexts, rerank: RerankSettings) -> CrossEncoderReranker:
         return cls(model, texts, rerank.cross_encoder_depth, rerank.passage_words, rerank.cross_encoder_batch,
-                   rerank.cross_encoder_windows)
+                   rerank.cross_encoder_windows, rerank.cross_encoder_threads)
 
     def scores(self, query: str, candidates: Ranking) -> dict[str, float]:
         """Each of the top `depth` candidates' best window score (-inf where the model gave only NaN)."""
@@ -70,6 +72,7 @@ class CrossEncoderReranker:
         if not pairs:
             return {}
         with TORCH_LOCK:  # concurrent requests would oversubscribe torch's process-wide threads
+            torch_threads(self.threads)
             scores = self.model.predict(pairs, batch_size=self.batch)
         each = iter(scores)
         return {candidate.paper_id: max(nan_lowest(float(score)) for score in islice(each, len(paper)))
