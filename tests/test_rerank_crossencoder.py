@@ -54,7 +54,7 @@ def test_a_trained_cross_encoder_is_saved_under_the_store_and_loads_back(store: 
     assert isinstance(make_reranker(settings, store), FirstStage)
     reranker = make_reranker(settings, store, method="cross-encoder")
     assert isinstance(reranker, CrossEncoderReranker)
-    # It scores in raw logits when loaded back (a sigmoid saturated the top candidates for score fusion).
+    # It scores in raw logits when loaded back (the group-softmax loss leaves their level arbitrary for a sigmoid).
     assert type(reranker.model.activation_fn).__name__ == "Identity"
     result = reranker.rank("zinc trial", first_stage(12))
     assert sorted(c.paper_id for c in result.candidates) == [f"p{n:03d}" for n in range(12)]

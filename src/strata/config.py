@@ -521,8 +521,8 @@ class RerankSettings(_Section):
     cross_encoder_threads: int = Field(
         default=2,
         ge=1,
-        description="Cross-encoder: torch CPU threads for scoring and training (torch's count is process-wide; "
-        "without its own, the cross-encoder ran on the one thread a search query's embedding had set)",
+        description="Cross-encoder: torch CPU threads for scoring and training, set before each use (torch's count "
+        "is process-wide, and embedding a search query sets index.embedding.query_threads)",
     )
     cross_encoder_windows: int = Field(
         default=4,

@@ -53,8 +53,9 @@ class EmbeddedBackend:
             raise
 
     def _prepare(self, settings: LLMSettings) -> None:
-        import llama_cpp
         from llama_cpp._internals import LlamaTokenDataArray
+
+        llama_cpp = self._llama_cpp
 
         self._use_grammar = settings.grammar
         self._formatter = self._chat_formatter()

