@@ -13,6 +13,8 @@ from strata.toc.synthetic import (
     clean_questions,
     generate_questions,
     parse_questions,
+    prompt_sha,
+    question_prompts,
     split_questions,
 )
 from strata.toc.tree import document_toc
@@ -85,6 +87,16 @@ def test_generation_asks_per_passage_without_the_title_and_then_answers_from_the
     generate_questions(client, toc, toc.leaves(), wider, cache)
     # 2 windows of 60 words per leaf: 4 new prompts; the first recipe's questions are still there.
     assert len(client.prompts) == 6 + 4 and cached_questions(toc, toc.leaves(), settings, cache) == first
+
+
+def test_the_cache_key_covers_the_instructions_not_only_the_passages():
+    builder = PaperBuilder("book", "test")
+    builder.open_section("Alpha", 1)
+    builder.add_block("Tidal channels carry seawater into a marsh twice a day.")
+    toc = document_toc(builder.build(title="Book"))
+    prompts = question_prompts(toc, toc.leaves()[0], TocSettings())
+    edited = [prompt.model_copy(update={"system": prompt.system + " Be brief."}) for prompt in prompts]
+    assert prompt_sha(edited) != prompt_sha(prompts) == prompt_sha(list(prompts))
 
 
 def test_a_short_leaf_is_one_passage_asked_for_all_its_questions(tmp_path: Path):

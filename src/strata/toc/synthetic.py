@@ -1,11 +1,12 @@
 """Synthetic training questions (the STAIR recipe): an LLM writes questions from passages spread over each leaf's
 text, shown without the leaf's title or path (so the questions do not echo the ToC entry they are trained to find).
 
-Questions are cached on disk per document and generating model, keyed by the leaf's path and a hash of the prompts,
-so a run only asks about leaves it has not seen (also when the ToC is renumbered, e.g. for a chapter subset), and
-another recipe (more questions or passages per leaf) writes beside the old questions instead of hiding them. The
-train/dev split is made per leaf and is deterministic: a leaf's questions are ordered by a seeded hash and the first
-share goes to dev. Real test questions are never used here.
+Questions are cached on disk per document and generating model, keyed by the leaf's path and a hash of the whole
+prompts (instructions, worked example and passages: an edited prompt file asks again), so a run only asks about
+leaves it has not seen (also when the ToC is renumbered, e.g. for a chapter subset), and another recipe (more
+questions or passages per leaf) writes beside the old questions instead of hiding them. The train/dev split is made
+per leaf and is deterministic: a leaf's questions are ordered by a seeded hash and the first share goes to dev. Real
+test questions are never used here.
 """
 
 from __future__ import annotations
@@ -104,7 +105,8 @@ class QuestionCache:
 
 
 def prompt_sha(prompts: Iterable[Prompt]) -> str:
-    return hashlib.sha256("\x00".join(prompt.user for prompt in prompts).encode()).hexdigest()[:16]
+    text = "\x00".join(f"{prompt.system}\x01{prompt.user}" for prompt in prompts)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def cached_questions(
