@@ -13,16 +13,15 @@ stored chunk is recomputed from its paper id and ordinal when the dense index as
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
+from strata.documents.builder import SENTENCE_END
 from strata.documents.model import Chunk, Paper
 from strata.store.sqlite import StoredChunk
 
-SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9(\[])")
 MIN_SENTENCE_CHARS = 20
 SENTENCES_PER_CHUNK = (4, 8)
 PAPER_PREFIX = "scale-"
