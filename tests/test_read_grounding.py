@@ -10,7 +10,7 @@ import pytest
 from strata.config import LLMSettings, ReadSettings
 from strata.documents.model import ChunkHit, ContentType, Locator
 from strata.llm import ContinuationScore, Generation, LLMClient, Scoring, Trace
-from strata.read.grounding import Grounding, OptionGrounding, ground, is_insufficient, mentions, negated_terms
+from strata.read.grounding import OPPOSITE, Grounding, OptionGrounding, ground, is_insufficient, mentions, negated_terms
 from strata.read.local import LocalReader, is_reference_entry
 from strata.read.model import Evidence, PaperReading
 from strata.read.synthesize import Synthesizer, decide, grounded_evidence, grounding_decides
@@ -244,6 +244,21 @@ def test_the_model_is_not_asked_when_its_share_cannot_change_the_choice():
     assert len(both.prompts) == 1
     assert grounding_decides([1.0, 0.0, 0.0], 0.5) and not grounding_decides([0.9, 0.1, 0.0], 0.5)
     assert not grounding_decides([0.0, 0.0], 1.0)  # nothing stated: the model (or 'insufficient') decides
+
+
+def test_an_option_stated_only_against_the_question_does_not_take_the_whole_share():
+    """'ABC1 was not upregulated' is no evidence that ABC1 is the gene upregulated: found nowhere else, it keeps the
+    opposite polarity's fraction of a share, so the grounding cannot decide alone and the model is asked."""
+    genes = ["ABC1", "XYZ9", "KLM4"]
+    denied = evidence("Under hypoxia ABC1 was not upregulated in the cells.")
+    shares = ground("Which gene is upregulated by hypoxia?", genes, [denied[0].text]).shares()
+    assert shares[0] == pytest.approx(OPPOSITE) and shares[1] == shares[2] == 0
+    backend = LetterBackend("KLM4", strength=8.0)
+    answer = synthesizer(backend, grounding_weight=0.5)._choose("Which gene is upregulated by hypoxia?", genes, denied,
+                                                               Trace())  # fmt: skip
+    assert len(backend.prompts) == 1 and answer.choice == "KLM4"
+    stated = ground("Which gene is upregulated by hypoxia?", genes, ["Under hypoxia ABC1 was upregulated."]).shares()
+    assert stated == [1.0, 0.0, 0.0]  # stated as asked: the whole share, as before
 
 
 class PositionBiasedBackend(LetterBackend):

@@ -361,13 +361,15 @@ def rarity(passages: Sequence[set[str]]) -> dict[str, float]:
 @dataclass(frozen=True, slots=True)
 class OptionGrounding:
     """One option against the passages: the best match, the best score, and the passages that state it, best first,
-    with their scores."""
+    with their scores; `as_asked` is the best score had every statement of it been in the question's polarity (None:
+    the same as `score`)."""
 
     option: str
     strength: float
     score: float
     passages: tuple[int, ...] = ()
     scores: tuple[float, ...] = ()
+    as_asked: float | None = None
 
     @property
     def grounded(self) -> bool:
@@ -383,9 +385,14 @@ class Grounding:
         return any(option.grounded for option in self.options)
 
     def shares(self) -> list[float]:
-        """Each option's share of the summed scores (all 0 when no option is found anywhere)."""
+        """Each option's share of the summed scores, or of the strongest statement of any option taken in the
+        question's polarity when that is larger, so an option found only in the opposite polarity ('A was not
+        raised' for 'which was raised?') does not take the whole share (all 0 when no option is found anywhere)."""
         total = sum(option.score for option in self.options)
-        return [option.score / total if total else 0.0 for option in self.options]
+        strongest = max((option.score if option.as_asked is None else option.as_asked for option in self.options),
+                        default=0.0)  # fmt: skip
+        reference = max(total, strongest)
+        return [option.score / reference if reference else 0.0 for option in self.options]
 
 
 SENTENCE_END = re.compile(r"(?<=[.!?;])\s+(?=[^a-z\s])")
@@ -438,9 +445,20 @@ def ground(question: str, options: Sequence[str], passages: Sequence[str]) -> Gr
         negated = bool((described.terms | asked) & unit.terms & unit.negated)
         return 1.0 if negated == negative else OPPOSITE
 
-    def score(described: OptionTerms, unit: _Unit) -> float:
+    def score(described: OptionTerms, unit: _Unit, polar: bool = True) -> float:
         strength = match_strength(described, unit.tokens, unit.terms, weight)
-        return strength * (OFF_TOPIC + coverage(unit)) * polarity(described, unit) if strength else 0.0
+        if not strength:
+            return 0.0
+        return strength * (OFF_TOPIC + coverage(unit)) * (polarity(described, unit) if polar else 1.0)
+
+    def per_passage(described: OptionTerms, strengths: list[float], polar: bool) -> list[float]:
+        """Each passage's score for the option: its best sentence's, or SPREAD x the whole passage's."""
+        scores = [SPREAD * score(described, unit, polar) if strength else 0.0
+                  for unit, strength in zip(whole, strengths, strict=True)]  # fmt: skip
+        for unit in sentences:
+            if strengths[unit.passage]:
+                scores[unit.passage] = max(scores[unit.passage], score(described, unit, polar))
+        return scores
 
     def affirms(described: OptionTerms, unit: _Unit) -> bool:  # states the option as a negated question asks
         return not described.negative and polarity(described, unit) == 1.0 and score(described, unit) > 0
@@ -453,13 +471,11 @@ def ground(question: str, options: Sequence[str], passages: Sequence[str]) -> Gr
             continue
         answered = answered or (negative and any(affirms(described, unit) for unit in sentences))
         strengths = [match_strength(described, unit.tokens, unit.terms, weight) for unit in whole]
-        scores = [SPREAD * score(described, unit) if strength else 0.0 for unit, strength in zip(whole, strengths)]
-        for unit in sentences:
-            if strengths[unit.passage]:
-                scores[unit.passage] = max(scores[unit.passage], score(described, unit))
+        scores = per_passage(described, strengths, polar=True)
         found = sorted((i for i, s in enumerate(strengths) if s > 0), key=lambda i: (-scores[i], i))
         best = (max(strengths, default=0.0), max(scores, default=0.0))
-        grounded.append(OptionGrounding(option, *best, tuple(found), tuple(scores[i] for i in found)))
+        as_asked = max(per_passage(described, strengths, polar=False), default=0.0)
+        grounded.append(OptionGrounding(option, *best, tuple(found), tuple(scores[i] for i in found), as_asked))
     return Grounding(tuple(eliminated(grounded) if negative and not answered else grounded))
 
 
@@ -469,4 +485,5 @@ def eliminated(grounded: Sequence[OptionGrounding]) -> list[OptionGrounding]:
     against it, so each found option scores the best plain score less its own. Options found nowhere stay at 0: the
     evidence cannot be cited for them."""
     top = max((option.score for option in grounded if option.grounded), default=0.0)
-    return [replace(option, score=top - option.score) if option.grounded else option for option in grounded]
+    return [replace(option, score=top - option.score, as_asked=None) if option.grounded else option
+            for option in grounded]
