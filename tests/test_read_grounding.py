@@ -10,7 +10,16 @@ import pytest
 from strata.config import LLMSettings, ReadSettings
 from strata.documents.model import ChunkHit, ContentType, Locator
 from strata.llm import ContinuationScore, Generation, LLMClient, Scoring, Trace
-from strata.read.grounding import OPPOSITE, Grounding, OptionGrounding, ground, is_insufficient, mentions, negated_terms
+from strata.read.grounding import (
+    OPPOSITE,
+    Grounding,
+    OptionGrounding,
+    ground,
+    is_insufficient,
+    mentions,
+    negated_terms,
+    statements,
+)
 from strata.read.local import LocalReader, is_reference_entry
 from strata.read.model import Evidence, PaperReading
 from strata.read.synthesize import Synthesizer, decide, grounded_evidence, grounding_decides
@@ -99,6 +108,18 @@ def test_a_negated_mention_counts_for_a_negated_question_and_against_a_plain_one
     shares = ground("What structural change does the A456V mutation cause?", changes, variants).shares()
     assert shares[1] > 2 * shares[0]
     assert negated_terms("CWC15 did not bind PAB1, but bound PBE1") == {"bind", "pab1"}  # 'but' ends the scope
+
+
+def test_a_figure_or_citation_mark_does_not_cut_the_sentence_stating_the_option():
+    """'(Fig. 3B)' and 'et al.' end no sentence (the quoting's own sentence cuts): the option keeps the question's
+    terms it shares a sentence with, and scores as it would without the mark."""
+    question = "Which gene is upregulated in knockout lines?"
+    passages = ["In knockout lines (Fig. 3B) ABC1 was upregulated, as Smith et al. (2019) found.",
+                "In knockout lines XYZ9 was upregulated, as others found."]  # fmt: skip
+    shares = ground(question, ["ABC1", "XYZ9"], passages).shares()
+    assert shares[0] == pytest.approx(shares[1])
+    assert statements("Knockout lines grew; ABC1 was upregulated; and so on.") == [
+        "Knockout lines grew;", "ABC1 was upregulated; and so on."]  # a semicolon before a new statement parts two
 
 
 def test_an_option_stating_a_negation_is_grounded_only_where_the_passage_negates_it_too():

@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from decimal import Decimal
 
+from strata.documents.sentences import sentence_spans
 from strata.index.bm25 import english_analyzer
 
 # Hyphen, non-breaking hyphen, figure dash, en and em dashes, horizontal bar, minus sign, small and full-width minus.
@@ -395,7 +396,7 @@ class Grounding:
         return [option.score / reference if reference else 0.0 for option in self.options]
 
 
-SENTENCE_END = re.compile(r"(?<=[.!?;])\s+(?=[^a-z\s])")
+CLAUSE_END = re.compile(r"(?<=;)\s+(?=[^a-z\s])")  # 'X rose; ABC1 fell' states two things, as two sentences would
 SPREAD = 0.5  # an option and the question's terms in one passage but different sentences count half as much
 
 
@@ -413,9 +414,15 @@ def _unit(passage: int, text: str) -> _Unit:
     return _Unit(passage, fine_tokens(text), coarse_terms(text), negated_terms(text))
 
 
+def statements(text: str) -> list[str]:
+    """The passage's sentences as quoting cuts them (pysbd: 'et al.', 'Fig. 3' and decimals end none), each further
+    cut at semicolons."""
+    return [clause for start, end in sentence_spans(text) for clause in CLAUSE_END.split(text[start:end])]
+
+
 def _units(passages: Sequence[str]) -> tuple[list[_Unit], list[_Unit]]:
     whole = [_unit(index, text) for index, text in enumerate(passages)]
-    sentences = [_unit(index, sentence) for index, text in enumerate(passages) for sentence in SENTENCE_END.split(text)]
+    sentences = [_unit(index, sentence) for index, text in enumerate(passages) for sentence in statements(text)]
     return whole, sentences
 
 
