@@ -8,8 +8,9 @@ tokens per query; feature extraction cost and cache proof.
 
 The SciFact store is opened read-only (default: the one benchmarks/retrieval.py or `strata eval retrieval` built
 under .strata/eval/); features and the cross-encoder go to --work. The LLM response cache (llm.cache) makes reruns
-cheap, and every answer also goes to a journal under results/llm-journal/ (--llm-journal): committed, it carries a
-long row's answers to a fresh machine, where the rerun replays them and asks only what is missing. Writes
+cheap, and every answer also goes to a journal under results/llm-journal/ (--llm-journal; past 1 MB it is folded into
+a .gz beside it): committed, it carries a long row's answers to a fresh machine, where the rerun replays them and asks
+only what is missing. Writes
 benchmarks/results/corank.json after every method, so a cut-short run keeps what it finished.
 """
 
@@ -121,8 +122,8 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--llm-threads", type=int, default=1, help="llm.n_threads (1 is faster on a busy machine)")
     parser.add_argument("--llm-model", default=None, help="llm.model of every LLM reranker (default: llm.model's)")
     parser.add_argument("--llm-journal", type=Path, default=None,
-                        help="llm.cache_journal; default results/llm-journal/<output's name>.jsonl: commit it, and a "
-                        "rerun on a fresh machine replays the answers it holds")
+                        help="llm.cache_journal; default results/llm-journal/<output's name>.jsonl: commit it and its "
+                        ".gz, and a rerun on a fresh machine replays the answers they hold")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides", type=key_value,
                         help="another setting of the first stage, e.g. search.fusion=scores (repeatable; --store must "
                         "have been built with the same index settings)")

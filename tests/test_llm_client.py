@@ -1,5 +1,6 @@
 """The client's own logic (cache, repair, re-ask, tracing, settings) on a scripted fake backend."""
 
+import gzip
 from collections.abc import Sequence
 
 import pytest
@@ -20,6 +21,7 @@ from strata.llm import (
     TraceSummary,
     tracing,
 )
+from strata.llm import cache as cache_module
 from strata.llm.backend import probabilities
 from strata.llm.client import make_client, shared_latencies
 
@@ -126,6 +128,27 @@ def test_a_committed_journal_replays_answers_on_a_machine_with_an_empty_cache(tm
     second.close()
     third = LLMClient(ScriptedBackend([]), LLMSettings(), ResponseCache(tmp_path / "third.sqlite", journal))
     assert [third.complete(prompt).label for prompt in (PROMPT, other)] == ["a", "b"]
+
+
+def test_a_long_journal_is_folded_into_its_gzip_sibling_and_still_replays(tmp_path, monkeypatch):
+    """Past COMPACT_BYTES the plain journal is compressed on opening, so a committed journal stays small; new answers
+    go to a fresh plain journal beside it, and both replay."""
+    monkeypatch.setattr(cache_module, "COMPACT_BYTES", 10)
+    journal = tmp_path / "answers.jsonl"
+    answers = ['{"label": "a", "confidence": 1}', '{"label": "b", "confidence": 1}']
+    other = PROMPT.model_copy(update={"user": "Claim: water is wet."})
+    first = LLMClient(ScriptedBackend(answers[:1]), LLMSettings(), ResponseCache(tmp_path / "one.sqlite", journal))
+    first.complete(PROMPT)
+    first.close()
+    second = LLMClient(ScriptedBackend(answers[1:]), LLMSettings(), ResponseCache(tmp_path / "two.sqlite", journal))
+    folded = journal.with_name("answers.jsonl.gz")
+    assert folded.is_file() and not journal.exists()
+    assert second.complete(PROMPT).label == "a" and second.complete(other).label == "b"
+    second.close()
+    assert len(journal.read_text().splitlines()) == 1  # only the new answer: the folded one is not written twice
+    third = LLMClient(ScriptedBackend([]), LLMSettings(), ResponseCache(tmp_path / "three.sqlite", journal))
+    assert [third.complete(prompt).label for prompt in (PROMPT, other)] == ["a", "b"]
+    assert len(gzip.decompress(folded.read_bytes()).splitlines()) == 2 and not journal.exists()
 
 
 def test_a_journal_cut_inside_a_character_or_holding_a_line_separator_still_replays(tmp_path):

@@ -222,7 +222,8 @@ class LLMSettings(_Section):
     cache_journal: UserPath | None = Field(
         default=None,
         description="JSONL file that gets every answer the cache gives or takes, and is read into the cache on start: "
-        "commit it to finish a long benchmark on another machine with the answers already paid for",
+        "commit it (and the `<file>.gz` a long one is folded into) to finish a long benchmark on another machine with "
+        "the answers already paid for",
     )
     temperature: float = Field(default=0.0, ge=0, description="Sampling temperature; 0 is greedy and reproducible")
     seed: int = Field(default=0, description="Sampling seed, used when temperature > 0")

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
+import os
 import sqlite3
 import threading
 from pathlib import Path
 from typing import Any
+
+# A plain journal past this size is folded into its gzip sibling (`<journal>.gz`) when the cache opens, so a committed
+# journal stays a few MB however long the benchmark behind it runs (answers repeat their JSON and compress ~5x).
+COMPACT_BYTES = 1_000_000
 
 
 class ResponseCache:
@@ -15,7 +21,8 @@ class ResponseCache:
 
     With a `journal` (a JSONL file), every answer the cache gives or takes is also appended there once, and the
     journal's answers are read into the cache on opening: a long benchmark commits its journal, and a run on a fresh
-    machine replays those answers instead of asking the model again (SQLite files do not merge or diff)."""
+    machine replays those answers instead of asking the model again (SQLite files do not merge or diff). New answers
+    are appended to the plain journal; a long one is folded into `<journal>.gz` (see COMPACT_BYTES)."""
 
     def __init__(self, path: Path, journal: Path | None = None) -> None:
         self.path = path.expanduser()
@@ -51,18 +58,20 @@ class ResponseCache:
             self._connection.close()
 
     def _replay_journal(self) -> set[str]:
-        """The journal's answers into the cache (a later line for a key wins); their keys. A line cut short by an
-        interrupted write is skipped: its answer is asked again and journaled anew."""
-        if self.journal is None or not self.journal.is_file():
+        """The journal's answers (its gzip sibling's first) into the cache (a later line for a key wins); their keys.
+        A line cut short by an interrupted write is skipped: its answer is asked again and journaled anew."""
+        if self.journal is None:
             return set()
-        data = self.journal.read_bytes()
+        compressed = self.journal.with_name(self.journal.name + ".gz")
+        data = self.journal.read_bytes() if self.journal.is_file() else b""
         if data and not data.endswith(b"\n"):  # end the cut line, so the next answer starts a line of its own
             with self.journal.open("a", encoding="utf-8") as file:
                 file.write("\n")
+        folded = gzip.decompress(compressed.read_bytes()) if compressed.is_file() else b""
         entries: dict[str, str] = {}
         # Split on newlines alone, in bytes: a cut can fall inside a multi-byte character, and an answer may hold
         # U+2028, which str.splitlines() takes for a line end.
-        for line in data.split(b"\n"):
+        for line in (folded + b"\n" + data).split(b"\n"):
             try:
                 entry = json.loads(line.decode("utf-8"))
                 entries[entry["key"]] = entry["value"]
@@ -72,14 +81,30 @@ class ResponseCache:
             self._connection.executemany(
                 "INSERT OR REPLACE INTO responses (key, value) VALUES (?, ?)", list(entries.items())
             )
+        if len(data) > COMPACT_BYTES:
+            fold(entries, self.journal, compressed)
         return set(entries)
 
     def _journal(self, key: str, value: str) -> None:
         if self.journal is None or key in self._journaled:
             return
-        line = json.dumps({"key": key, "value": value}, ensure_ascii=False) + "\n"
+        line = journal_line(key, value)
         with self._lock:
             self.journal.parent.mkdir(parents=True, exist_ok=True)
             with self.journal.open("a", encoding="utf-8") as file:
                 file.write(line)  # one write per line, so an interruption can cut only the last line
             self._journaled.add(key)
+
+
+def journal_line(key: str, value: str) -> str:
+    return json.dumps({"key": key, "value": value}, ensure_ascii=False) + "\n"
+
+
+def fold(entries: dict[str, str], journal: Path, compressed: Path) -> None:
+    """All answers into `compressed` (written whole, then renamed over it), then the plain `journal` removed: an
+    interruption leaves either the old pair or answers in both, which replay the same."""
+    lines = "".join(journal_line(key, value) for key, value in entries.items())
+    partial = compressed.with_name(compressed.name + ".partial")
+    partial.write_bytes(gzip.compress(lines.encode("utf-8"), mtime=0))  # mtime 0: same answers, same bytes
+    os.replace(partial, compressed)
+    journal.unlink()
