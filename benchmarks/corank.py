@@ -10,8 +10,8 @@ The SciFact store is opened read-only (default: the one benchmarks/retrieval.py 
 under .strata/eval/); features and the cross-encoder go to --work. The LLM response cache (llm.cache) makes reruns
 cheap, and every answer also goes to a journal under results/llm-journal/ (--llm-journal; past 1 MB it is folded into
 a .gz beside it): committed, it carries a long row's answers to a fresh machine, where the rerun replays them and asks
-only what is missing. Writes
-benchmarks/results/corank.json after every method, so a cut-short run keeps what it finished.
+only what is missing. Writes benchmarks/results/corank.json after every method, so a cut-short run keeps what it
+finished.
 """
 
 from __future__ import annotations
